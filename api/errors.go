@@ -1,0 +1,96 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// Error is an error the client caused or must know about, with its status and
+// a stable snake_case code.
+type Error struct {
+	Status  int
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Code + ": " + e.Message }
+
+func newError(status int, code, message string) *Error {
+	return &Error{Status: status, Code: code, Message: message}
+}
+
+func invalidArgument(message string) *Error {
+	return newError(http.StatusBadRequest, "invalid_argument", message)
+}
+
+// errInternal is what a recovered panic becomes.
+var errInternal = newError(http.StatusInternalServerError, "internal", "internal error")
+
+// domainErrors maps domain sentinels to what the client sees.
+var domainErrors = []struct {
+	err error
+	api *Error
+}{
+	{store.ErrNotFound, newError(http.StatusNotFound, "not_found", "no such post")},
+	{store.ErrForbidden, newError(http.StatusForbidden, "forbidden", "only the author may do that")},
+	{store.ErrSelfFollow, newError(http.StatusUnprocessableEntity, "cannot_follow_self", "you cannot follow yourself")},
+}
+
+// echoStatusCodes maps the errors echo itself raises (routing, method).
+var echoStatusCodes = map[int]*Error{
+	http.StatusNotFound:              newError(http.StatusNotFound, "not_found", "no such route"),
+	http.StatusMethodNotAllowed:      newError(http.StatusMethodNotAllowed, "method_not_allowed", "method not allowed on this route"),
+	http.StatusRequestEntityTooLarge: newError(http.StatusRequestEntityTooLarge, "too_large", "request body over 64 KiB"),
+	http.StatusUnauthorized:          newError(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token"),
+}
+
+// errorHandler writes every error as {"error": {"code", "message"}}. Errors
+// the client did not cause are logged; their details never leave the server.
+// Any error that is not the client's and not a bug is a dependency failing
+// (PostgreSQL or Redis): 503, so that clients and balancers retry.
+func errorHandler(log *zap.Logger) echo.HTTPErrorHandler {
+	return func(err error, c echo.Context) {
+		if c.Response().Committed {
+			return
+		}
+		apiErr := classify(err)
+		if apiErr.Status >= 500 && !errors.Is(err, context.Canceled) {
+			log.Error("request failed", zap.String("method", c.Request().Method),
+				zap.String("path", c.Request().URL.Path), zap.Int("status", apiErr.Status), zap.Error(err))
+		}
+		body := map[string]any{"error": map[string]string{"code": apiErr.Code, "message": apiErr.Message}}
+		if c.Request().Method == http.MethodHead {
+			_ = c.NoContent(apiErr.Status)
+			return
+		}
+		_ = c.JSON(apiErr.Status, body)
+	}
+}
+
+func classify(err error) *Error {
+	var apiErr *Error
+	if errors.As(err, &apiErr) {
+		return apiErr
+	}
+	for _, d := range domainErrors {
+		if errors.Is(err, d.err) {
+			return d.api
+		}
+	}
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		if mapped, ok := echoStatusCodes[he.Code]; ok {
+			return mapped
+		}
+		if he.Code >= 400 && he.Code < 500 {
+			return newError(he.Code, "invalid_argument", http.StatusText(he.Code))
+		}
+	}
+	return newError(http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; retry later")
+}

@@ -1,0 +1,56 @@
+package api
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+)
+
+// recoverPanics turns a panic into a logged 500 with the standard body.
+func recoverPanics(log *zap.Logger) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) (err error) {
+			defer func() {
+				if r := recover(); r != nil {
+					log.Error("panic serving request", zap.String("panic", fmt.Sprint(r)),
+						zap.ByteString("stack", debug.Stack()))
+					err = errInternal
+				}
+			}()
+			return next(c)
+		}
+	}
+}
+
+// requestMetrics observes every request in newsfeed_http_request_duration_seconds.
+func requestMetrics(reg prometheus.Registerer) echo.MiddlewareFunc {
+	hist := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "newsfeed_http_request_duration_seconds",
+		Help:    "HTTP requests by method, route and status code.",
+		Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5},
+	}, []string{"method", "route", "code"})
+	if reg != nil {
+		reg.MustRegister(hist)
+	}
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			start := time.Now()
+			err := next(c)
+			if err != nil {
+				c.Error(err) // write the error now, so its status is the one observed
+			}
+			route := c.Path()
+			if route == "" {
+				route = "unmatched"
+			}
+			hist.WithLabelValues(c.Request().Method, route, strconv.Itoa(c.Response().Status)).
+				Observe(time.Since(start).Seconds())
+			return nil
+		}
+	}
+}

@@ -1,0 +1,303 @@
+// Package api is the HTTP API of newsfeed (echo): posts, follows, listings and
+// the home feed, with bearer-token authentication, strict input validation
+// and one error shape. See ../../shared/API.md and docs/openapi.yaml.
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// Posts is the posts side of the store.
+type Posts interface {
+	CreatePost(ctx context.Context, authorID int64, body, key string) (feed.Post, bool, error)
+	Post(ctx context.Context, id int64) (feed.Post, error)
+	DeletePost(ctx context.Context, id, authorID int64) error
+	AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]feed.Post, error)
+}
+
+// Graph is the follows side of the store.
+type Graph interface {
+	Follow(ctx context.Context, follower, followee int64) (bool, error)
+	Unfollow(ctx context.Context, follower, followee int64) (bool, error)
+	Followers(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
+	Following(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
+}
+
+// Feeds reads home feeds and keeps them right after follows and deletes.
+type Feeds interface {
+	Read(ctx context.Context, userID, before int64, limit int) (feed.Page, error)
+	Followed(ctx context.Context, follower, followee int64) (int, error)
+	Unfollowed(ctx context.Context, follower, followee int64) error
+	Drop(ctx context.Context, userID int64) error
+	ForgetPost(ctx context.Context, postID int64) error
+}
+
+// Config configures the API.
+type Config struct {
+	// Secret is the HS256 key of bearer tokens. Required.
+	Secret []byte
+	// MaxChars is the longest post body in characters. Defaults to 1000.
+	MaxChars int
+	// OutboxWrittenFunc, if set, is called after each committed outbox write
+	// (to wake dispatchers).
+	OutboxWrittenFunc func()
+	// Ops serves /metrics, /healthz and /readyz beside the API.
+	Ops http.Handler
+	// Registerer receives the HTTP request histogram. Defaults to none.
+	Registerer prometheus.Registerer
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// Server holds the handlers.
+type Server struct {
+	posts Posts
+	graph Graph
+	feeds Feeds
+	cfg   Config
+	log   *zap.Logger
+}
+
+// New builds the echo instance serving the API.
+func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
+	if cfg.MaxChars <= 0 {
+		cfg.MaxChars = 1000
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	if cfg.OutboxWrittenFunc == nil {
+		cfg.OutboxWrittenFunc = func() {}
+	}
+	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
+
+	e := echo.New()
+	e.HideBanner, e.HidePort = true, true
+	e.HTTPErrorHandler = errorHandler(cfg.Logger)
+	e.Use(requestMetrics(cfg.Registerer), recoverPanics(cfg.Logger))
+	if cfg.Ops != nil {
+		ops := echo.WrapHandler(cfg.Ops)
+		e.GET("/metrics", ops)
+		e.GET("/healthz", ops)
+		e.GET("/readyz", ops)
+	}
+
+	v1 := e.Group("/v1", authenticate(cfg.Secret))
+	v1.POST("/posts", s.createPost)
+	v1.GET("/posts/:id", s.getPost)
+	v1.DELETE("/posts/:id", s.deletePost)
+	v1.PUT("/following/:user_id", s.follow)
+	v1.DELETE("/following/:user_id", s.unfollow)
+	v1.GET("/users/:id/followers", s.followers)
+	v1.GET("/users/:id/following", s.following)
+	v1.GET("/users/:id/posts", s.userPosts)
+	v1.GET("/feed", s.homeFeed)
+	return e
+}
+
+// page is the JSON shape of every listing.
+type page[T any] struct {
+	Items      []T     `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+type createPostRequest struct {
+	Body *string `json:"body"`
+}
+
+func (s *Server) createPost(c echo.Context) error {
+	var req createPostRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	body, err := s.validBody(req.Body)
+	if err != nil {
+		return err
+	}
+	key := c.Request().Header.Get("Idempotency-Key")
+	if len(key) > 255 {
+		return invalidArgument("Idempotency-Key is longer than 255 characters")
+	}
+	post, created, err := s.posts.CreatePost(c.Request().Context(), userID(c), body, key)
+	if err != nil {
+		return err
+	}
+	if !created {
+		return c.JSON(http.StatusOK, post)
+	}
+	s.cfg.OutboxWrittenFunc()
+	c.Response().Header().Set("Location", "/v1/posts/"+strconv.FormatInt(post.ID, 10))
+	return c.JSON(http.StatusCreated, post)
+}
+
+func (s *Server) getPost(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	post, err := s.posts.Post(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, post)
+}
+
+func (s *Server) deletePost(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	if err := s.posts.DeletePost(ctx, id, userID(c)); err != nil {
+		return err
+	}
+	s.cfg.OutboxWrittenFunc()
+	// Hide it from reads now; the post.deleted event also removes it from
+	// every feed, and repeats this if it fails here.
+	if err := s.feeds.ForgetPost(ctx, id); err != nil {
+		s.log.Warn("cannot hide deleted post yet; its event will", zap.Int64("post_id", id), zap.Error(err))
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) follow(c echo.Context) error {
+	followee, err := pathID(c, "user_id")
+	if err != nil {
+		return err
+	}
+	ctx, me := c.Request().Context(), userID(c)
+	created, err := s.graph.Follow(ctx, me, followee)
+	if err != nil {
+		return err
+	}
+	if created {
+		s.cfg.OutboxWrittenFunc()
+		// Show the followee's recent posts from the next read on; the
+		// follow.created event does the same if this fails.
+		if _, err := s.feeds.Followed(ctx, me, followee); err != nil {
+			s.log.Warn("cannot backfill feed yet; its event will", zap.Int64("user_id", me), zap.Error(err))
+		}
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) unfollow(c echo.Context) error {
+	followee, err := pathID(c, "user_id")
+	if err != nil {
+		return err
+	}
+	ctx, me := c.Request().Context(), userID(c)
+	removed, err := s.graph.Unfollow(ctx, me, followee)
+	if err != nil {
+		return err
+	}
+	if removed {
+		s.cfg.OutboxWrittenFunc()
+		// The followee's posts leave the feed before this answers. If that
+		// fails, drop the feed: the next read rebuilds it from PostgreSQL.
+		if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
+			if err := s.feeds.Drop(ctx, me); err != nil {
+				return fmt.Errorf("unfollow: clean feed: %w", err)
+			}
+		}
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) followers(c echo.Context) error { return s.listFollows(c, s.graph.Followers) }
+func (s *Server) following(c echo.Context) error { return s.listFollows(c, s.graph.Following) }
+
+type listFollowsFunc func(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
+
+func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	limit, err := queryLimit(c)
+	if err != nil {
+		return err
+	}
+	after, err := decodeFollowCursor(c.QueryParam("cursor"))
+	if err != nil {
+		return err
+	}
+	follows, err := list(c.Request().Context(), id, after, limit+1)
+	if err != nil {
+		return err
+	}
+	out := page[store.Follow]{Items: follows}
+	if len(follows) > limit {
+		out.Items = follows[:limit]
+		last := follows[limit-1]
+		out.NextCursor = encodeFollowCursor(store.FollowCursor{Since: last.Since, UserID: last.UserID})
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) userPosts(c echo.Context) error {
+	id, err := pathID(c, "id")
+	if err != nil {
+		return err
+	}
+	limit, before, err := postPaging(c)
+	if err != nil {
+		return err
+	}
+	posts, err := s.posts.AuthorPosts(c.Request().Context(), id, before, limit+1)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, postPage(feed.Page{Posts: posts}, limit))
+}
+
+func (s *Server) homeFeed(c echo.Context) error {
+	limit, before, err := postPaging(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.feeds.Read(c.Request().Context(), userID(c), before, limit)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, postPage(p, limit))
+}
+
+// postPage shapes posts as a page; with more than limit posts (a listing that
+// asked for one extra) or a Next from the feed, it has a next cursor.
+func postPage(p feed.Page, limit int) page[feed.Post] {
+	out := page[feed.Post]{Items: p.Posts}
+	if out.Items == nil {
+		out.Items = []feed.Post{}
+	}
+	next := p.Next
+	if len(p.Posts) > limit {
+		out.Items = p.Posts[:limit]
+		next = p.Posts[limit-1].ID
+	}
+	if next > 0 {
+		out.NextCursor = encodePostCursor(next)
+	}
+	return out
+}
+
+func postPaging(c echo.Context) (limit int, before int64, err error) {
+	if limit, err = queryLimit(c); err != nil {
+		return 0, 0, err
+	}
+	if before, err = decodePostCursor(c.QueryParam("cursor")); err != nil {
+		return 0, 0, err
+	}
+	return limit, before, nil
+}
+

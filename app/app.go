@@ -1,0 +1,355 @@
+// Package app wires newsfeed together: it reads the configuration, opens the
+// PostgreSQL pools and the Redis client, builds every service, runs the roles
+// that a command asks for, and closes everything in reverse order. It is the
+// only package that knows every concrete type.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/fanout"
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/queue"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// devSecret signs tokens in --dev mode when no auth.secret is configured.
+// Anyone can read it here: never use --dev where strangers can reach the API.
+const devSecret = "newsfeed-dev-secret-not-for-production"
+
+// Role is one part of the system that a process can run.
+type Role string
+
+// The roles; `all` runs every one.
+const (
+	RoleServe    Role = "serve"
+	RoleDispatch Role = "dispatch"
+	RoleWork     Role = "work"
+)
+
+// System is everything a process has opened and built.
+type System struct {
+	Config  *Config
+	Log     *zap.Logger
+	Primary *pgxpool.Pool
+	Read    *pgxpool.Pool
+	Redis   redis.UniversalClient
+	Store   *store.DB
+	Feeds   *feed.Feeds
+	Queue   *queue.Queue
+
+	registry         *prometheus.Registry
+	fanoutMetrics    *fanout.Metrics
+	dispatchMetrics  *outbox.Metrics
+	closers          []func()
+}
+
+// Open connects to PostgreSQL and Redis, retrying for database.connect_wait,
+// and builds the shared services. Close releases them.
+func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
+	s := &System{Config: cfg, Log: log}
+	ok := false
+	defer func() {
+		if !ok {
+			s.Close()
+		}
+	}()
+
+	primary, err := store.Connect(ctx, cfg.Database.URL, cfg.Database.MaxConns, cfg.Database.ConnectWait)
+	if err != nil {
+		if store.IsDatabaseMissing(err) {
+			return nil, fmt.Errorf("database.url: the database does not exist; run `newsfeed migrate` first: %w", err)
+		}
+		return nil, fmt.Errorf("database.url: %w", err)
+	}
+	s.Primary = primary
+	s.closers = append(s.closers, primary.Close)
+	s.Read = primary
+	if cfg.Database.ReadURL != "" {
+		read, err := store.Connect(ctx, cfg.Database.ReadURL, cfg.Database.MaxConns, cfg.Database.ConnectWait)
+		if err != nil {
+			return nil, fmt.Errorf("database.read_url: %w", err)
+		}
+		s.Read = read
+		s.closers = append(s.closers, read.Close)
+	}
+
+	rdb, err := connectRedis(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s.Redis = rdb
+	s.closers = append(s.closers, func() { _ = rdb.Close() })
+
+	s.Store = store.New(s.Primary, s.Read)
+	s.Feeds = feed.New(rdb, s.Store, feed.Config{
+		Prefix:      cfg.Redis.Prefix,
+		MaxLen:      cfg.Feed.MaxLen,
+		Backfill:    cfg.Feed.Backfill,
+		RebuildWait: cfg.Feed.RebuildWait,
+		Logger:      log.Named("feed"),
+	})
+	s.Queue = queue.New(rdb, cfg.Redis.Prefix+cfg.Queue.Stream, cfg.Queue.Group)
+
+	s.registry = prometheus.NewRegistry()
+	s.registry.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		outbox.NewCollector(s.Store.OutboxStats),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "newsfeed_queue_pending",
+			Help: "Tickets delivered to workers and not yet acknowledged.",
+		}, func() float64 {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			n, _ := s.Queue.Pending(ctx)
+			return float64(n)
+		}),
+	)
+	s.fanoutMetrics = fanout.NewMetrics(s.registry)
+	s.dispatchMetrics = outbox.NewMetrics(s.registry)
+	ok = true
+	return s, nil
+}
+
+// Close releases what Open opened, in reverse order.
+func (s *System) Close() {
+	for i := len(s.closers) - 1; i >= 0; i-- {
+		s.closers[i]()
+	}
+	s.closers = nil
+}
+
+func connectRedis(ctx context.Context, cfg *Config) (redis.UniversalClient, error) {
+	var rdb redis.UniversalClient
+	poolSize := cfg.Fanout.Concurrency + 32 // one per in-flight ticket, plus readers and the API
+	if cfg.Redis.Cluster {
+		opts, err := redis.ParseClusterURL(cfg.Redis.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis.url: %w", err)
+		}
+		opts.PoolSize = poolSize
+		rdb = redis.NewClusterClient(opts)
+	} else {
+		opts, err := redis.ParseURL(cfg.Redis.URL)
+		if err != nil {
+			return nil, fmt.Errorf("redis.url: %w", err)
+		}
+		opts.PoolSize = poolSize
+		rdb = redis.NewClient(opts)
+	}
+	deadline := time.Now().Add(cfg.Database.ConnectWait)
+	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := rdb.Ping(pingCtx).Err()
+		cancel()
+		if err == nil {
+			return rdb, nil
+		}
+		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
+			_ = rdb.Close()
+			return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// Ready checks that PostgreSQL and Redis answer.
+func (s *System) Ready(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := s.Primary.Ping(ctx); err != nil {
+		return fmt.Errorf("postgresql: %w", err)
+	}
+	if err := s.Redis.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis: %w", err)
+	}
+	return nil
+}
+
+// opsHandler serves /metrics, /healthz, /readyz and, when enabled, pprof.
+func (s *System) opsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if err := s.Ready(r.Context()); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable,
+				`{"error":{"code":"unavailable","message":"`+jsonEscape(err.Error())+`"}}`)
+			return
+		}
+		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
+	})
+	if s.Config.Metrics.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	return mux
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write([]byte(body + "\n"))
+}
+
+func jsonEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", " ").Replace(s)
+}
+
+// Run runs the roles until ctx ends, then stops them gracefully within
+// shutdown_timeout. It returns an error only when a role cannot run (a port
+// already taken, say).
+func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
+	cfg := s.Config
+	g, ctx := errgroup.WithContext(ctx)
+	has := func(r Role) bool {
+		for _, x := range roles {
+			if x == r {
+				return true
+			}
+		}
+		return false
+	}
+
+	if cfg.Metrics.Addr != "" && !(has(RoleServe) && cfg.Metrics.Addr == cfg.HTTP.Addr) {
+		if err := s.serveHTTP(ctx, g, "metrics", cfg.Metrics.Addr, s.opsHandler()); err != nil {
+			return err
+		}
+	}
+	if has(RoleServe) {
+		notifier := store.NewNotifier(s.Primary, s.Log.Named("notify"))
+		g.Go(func() error { notifier.Run(ctx); return nil })
+		outboxWritten := func() {}
+		if cfg.Outbox.Notify {
+			outboxWritten = notifier.Notify
+		}
+		e := api.New(s.Store, s.Store, s.Feeds, api.Config{
+			Secret:            secret,
+			MaxChars:          cfg.Posts.MaxChars,
+			OutboxWrittenFunc: outboxWritten,
+			Ops:               s.opsHandler(),
+			Registerer:        s.registry,
+			Logger:            s.Log.Named("api"),
+		})
+		if err := s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e); err != nil {
+			return err
+		}
+	}
+	if has(RoleDispatch) {
+		var wake <-chan struct{}
+		if cfg.Outbox.Notify {
+			wake = store.Listen(ctx, cfg.Database.URL, s.Log.Named("listen"))
+		}
+		d := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
+			BatchSize:      cfg.Outbox.BatchSize,
+			PollInterval:   cfg.Outbox.PollInterval,
+			Lease:          cfg.Outbox.Lease,
+			RedeliverAfter: cfg.Outbox.RedeliverAfter,
+			MaxAttempts:    cfg.Outbox.MaxAttempts,
+			Backoff:        outbox.Backoff{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+			Retention:      cfg.Outbox.Retention,
+			Wake:           wake,
+			Metrics:        s.dispatchMetrics,
+			Logger:         s.Log.Named("dispatch"),
+		})
+		g.Go(func() error { return d.Run(ctx) })
+	}
+	if has(RoleWork) {
+		if err := s.Queue.EnsureGroup(ctx); err != nil {
+			s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
+		}
+		w := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
+			Concurrency:     cfg.Fanout.Concurrency,
+			PageSize:        cfg.Fanout.PageSize,
+			ClaimIdle:       cfg.Queue.ClaimIdle,
+			MaxDeliveries:   cfg.Queue.MaxDeliveries,
+			MaxAttempts:     cfg.Outbox.MaxAttempts,
+			Backoff:         outbox.Backoff{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+			RedeliverAfter:  cfg.Outbox.RedeliverAfter,
+			ShutdownTimeout: cfg.ShutdownTimeout,
+			Metrics:         s.fanoutMetrics,
+			Logger:          s.Log.Named("work"),
+		})
+		g.Go(func() error { return w.Run(ctx) })
+	}
+	s.Log.Info("started", zap.Any("roles", roles), zap.String("http_addr", cfg.HTTP.Addr),
+		zap.String("metrics_addr", cfg.Metrics.Addr))
+	err := g.Wait()
+	s.Log.Info("stopped")
+	return err
+}
+
+// serveHTTP listens now (so a taken port fails the start) and serves until
+// ctx ends, then shuts down gracefully within shutdown_timeout.
+func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr string, h http.Handler) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		key := "http.addr"
+		if name == "metrics" {
+			key = "metrics.addr"
+		}
+		return fmt.Errorf("%s: %w", key, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	g.Go(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s server: %w", name, err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-ctx.Done()
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.Config.ShutdownTimeout)
+		defer cancel()
+		if err := srv.Shutdown(shutdownCtx); err != nil {
+			s.Log.Warn("http shutdown timed out", zap.String("server", name), zap.Error(err))
+			_ = srv.Close()
+		}
+		return nil
+	})
+	return nil
+}
+
+// NewLogger builds the process logger: JSON for machines, console for people.
+func NewLogger(cfg *Config) (*zap.Logger, error) {
+	level, err := zapcore.ParseLevel(cfg.Log.Level)
+	if err != nil {
+		return nil, fmt.Errorf("log.level: %w", err)
+	}
+	var zc zap.Config
+	if cfg.Log.Format == "console" {
+		zc = zap.NewDevelopmentConfig()
+		zc.DisableStacktrace = true
+	} else {
+		zc = zap.NewProductionConfig()
+		zc.Sampling = nil
+	}
+	zc.Level = zap.NewAtomicLevelAt(level)
+	zc.OutputPaths = []string{"stderr"}
+	return zc.Build()
+}
+

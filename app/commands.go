@@ -1,0 +1,253 @@
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// Assets are the files built into the binary.
+type Assets struct {
+	// Schema is schema.sql.
+	Schema string
+}
+
+// Execute runs the command line and returns the error to print, if any.
+// SIGINT and SIGTERM cancel the running command, which then stops gracefully.
+func Execute(assets Assets, args []string) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := NewRootCommand(assets)
+	root.SetArgs(args)
+	return root.ExecuteContext(ctx)
+}
+
+// NewRootCommand builds the newsfeed command tree.
+func NewRootCommand(assets Assets) *cobra.Command {
+	var configPath string
+	root := &cobra.Command{
+		Use:           "newsfeed",
+		Short:         "A news-feed backend: fan-out on write with the transactional outbox pattern",
+		SilenceErrors: true, // main prints the one line
+		SilenceUsage:  true,
+	}
+	root.PersistentFlags().StringVar(&configPath, "config", "config.yaml", "configuration file (YAML)")
+
+	// load reads the configuration with the flags of cmd that override keys.
+	load := func(cmd *cobra.Command, overrides map[string]any) (*Config, error) {
+		explicit := cmd.Flags().Changed("config")
+		return LoadConfig(configPath, explicit, os.Environ(), overrides)
+	}
+
+	root.AddCommand(
+		roleCommand("serve", "Serve the HTTP API", []Role{RoleServe}, false, load, assets),
+		roleCommand("dispatch", "Publish outbox events to the queue", []Role{RoleDispatch}, false, load, assets),
+		roleCommand("work", "Fan posts out to followers' feeds", []Role{RoleWork}, false, load, assets),
+		roleCommand("all", "Apply the schema, then run every role in one process", []Role{RoleServe, RoleDispatch, RoleWork}, true, load, assets),
+		migrateCommand(load, assets),
+		tokenCommand(load),
+		outboxCommand(load),
+	)
+	return root
+}
+
+type loadFunc func(cmd *cobra.Command, overrides map[string]any) (*Config, error)
+
+func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, assets Assets) *cobra.Command {
+	var dev bool
+	var concurrency int
+	cmd := &cobra.Command{
+		Use:   name,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			overrides := map[string]any{}
+			if cmd.Flags().Changed("concurrency") {
+				overrides["fanout.concurrency"] = concurrency
+			}
+			if dev && os.Getenv("NEWSFEED_LOG_FORMAT") == "" {
+				overrides["log.format"] = "console"
+			}
+			cfg, err := load(cmd, overrides)
+			if err != nil {
+				return err
+			}
+			secret := []byte(cfg.Auth.Secret)
+			servesAPI := false
+			for _, r := range roles {
+				servesAPI = servesAPI || r == RoleServe
+			}
+			if servesAPI && len(secret) == 0 {
+				if !dev {
+					return errors.New("auth.secret is not set: set it (NEWSFEED_AUTH_SECRET) or pass --dev to use a public development secret")
+				}
+				secret = []byte(devSecret)
+			}
+			log, err := NewLogger(cfg)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = log.Sync() }()
+			ctx := cmd.Context()
+			if migrate {
+				if err := runMigrate(ctx, cfg, assets.Schema); err != nil {
+					return err
+				}
+			}
+			sys, err := Open(ctx, cfg, log)
+			if err != nil {
+				return err
+			}
+			defer sys.Close()
+			return sys.Run(ctx, roles, secret)
+		},
+	}
+	if migrate || roles[0] == RoleServe {
+		cmd.Flags().BoolVar(&dev, "dev", false, "development mode: console logs, and a public token secret when auth.secret is unset")
+	}
+	if migrate || roles[0] == RoleWork {
+		cmd.Flags().IntVar(&concurrency, "concurrency", 64, "tickets processed at once (fanout.concurrency)")
+	}
+	return cmd
+}
+
+func migrateCommand(load loadFunc, assets Assets) *cobra.Command {
+	return &cobra.Command{
+		Use:   "migrate",
+		Short: "Apply schema.sql (idempotent; safe to run on every deploy and concurrently)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd, nil)
+			if err != nil {
+				return err
+			}
+			if err := runMigrate(cmd.Context(), cfg, assets.Schema); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.ErrOrStderr(), "schema applied")
+			return nil
+		},
+	}
+}
+
+// runMigrate creates the database if it is missing, then applies the schema.
+func runMigrate(ctx context.Context, cfg *Config, schema string) error {
+	pool, err := store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
+	if store.IsDatabaseMissing(err) {
+		if err := store.CreateDatabase(ctx, cfg.Database.URL); err != nil {
+			return fmt.Errorf("database.url: %w", err)
+		}
+		pool, err = store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
+	}
+	if err != nil {
+		return fmt.Errorf("database.url: %w", err)
+	}
+	defer pool.Close()
+	return store.Migrate(ctx, pool, schema)
+}
+
+func tokenCommand(load loadFunc) *cobra.Command {
+	var user int64
+	var ttl time.Duration
+	var dev bool
+	cmd := &cobra.Command{
+		Use:   "token --user ID [--ttl 24h]",
+		Short: "Print a bearer token for a user, signed with auth.secret",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd, nil)
+			if err != nil {
+				return err
+			}
+			secret := cfg.Auth.Secret
+			if secret == "" {
+				if !dev {
+					return errors.New("auth.secret is not set: set it (NEWSFEED_AUTH_SECRET) or pass --dev for the development secret")
+				}
+				secret = devSecret
+			}
+			if user <= 0 {
+				return errors.New("--user must be a positive user id")
+			}
+			token, err := api.IssueToken([]byte(secret), user, ttl)
+			if err != nil {
+				return fmt.Errorf("--ttl: %w", err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), token)
+			return nil
+		},
+	}
+	cmd.Flags().Int64Var(&user, "user", 0, "user id (the token's sub)")
+	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid")
+	cmd.Flags().BoolVar(&dev, "dev", false, "sign with the development secret when auth.secret is unset")
+	_ = cmd.MarkFlagRequired("user")
+	return cmd
+}
+
+func outboxCommand(load loadFunc) *cobra.Command {
+	cmd := &cobra.Command{Use: "outbox", Short: "Inspect and repair the outbox"}
+	withStore := func(cmd *cobra.Command, fn func(ctx context.Context, db *store.DB) error) error {
+		cfg, err := load(cmd, nil)
+		if err != nil {
+			return err
+		}
+		pool, err := store.Connect(cmd.Context(), cfg.Database.URL, 2, cfg.Database.ConnectWait)
+		if err != nil {
+			return fmt.Errorf("database.url: %w", err)
+		}
+		defer pool.Close()
+		return fn(cmd.Context(), store.New(pool, nil))
+	}
+	stats := &cobra.Command{
+		Use:   "stats",
+		Short: "Print outbox counts as JSON: pending, in flight, dead, oldest age",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return withStore(cmd, func(ctx context.Context, db *store.DB) error {
+				s, err := db.OutboxStats(ctx)
+				if err != nil {
+					return err
+				}
+				out := map[string]any{
+					"pending": s.Pending, "in_flight": s.InFlight, "dead": s.Dead,
+					"oldest_pending_age_seconds": s.OldestPendingAge.Seconds(),
+				}
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				return enc.Encode(out)
+			})
+		},
+	}
+	var id int64
+	retry := &cobra.Command{
+		Use:   "retry-dead [--id N]",
+		Short: "Make dead events pending again (all, or one with --id)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if cmd.Flags().Changed("id") && id <= 0 {
+				return errors.New("--id must be a positive outbox id")
+			}
+			return withStore(cmd, func(ctx context.Context, db *store.DB) error {
+				n, err := db.RetryDead(ctx, id)
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "%d dead event(s) made pending again\n", n)
+				return nil
+			})
+		},
+	}
+	retry.Flags().Int64Var(&id, "id", 0, "retry only this outbox id")
+	cmd.AddCommand(stats, retry)
+	return cmd
+}
+

@@ -1,0 +1,305 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/confmap"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+)
+
+// Config is the whole configuration of a newsfeed process. Every key can be set
+// in the YAML file, overridden by NEWSFEED_<KEY> (upper-cased, "." → "_"), and
+// some by command-line flags: flags beat env beat file beat defaults.
+type Config struct {
+	Database struct {
+		// URL of the primary PostgreSQL. Defaults to postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable.
+		URL string `koanf:"url"`
+		// ReadURL, when set, points follower paging and feed rebuilds at a
+		// replica (or a pooler in front of replicas). Defaults to empty: the primary.
+		ReadURL string `koanf:"read_url"`
+		// MaxConns per pool. Defaults to 16.
+		MaxConns int32 `koanf:"max_conns"`
+		// ConnectWait is how long a process retries an unreachable database
+		// (and Redis) at start-up before it gives up. Defaults to 10s.
+		ConnectWait time.Duration `koanf:"connect_wait"`
+	} `koanf:"database"`
+	Redis struct {
+		// URL of Redis; the path selects the database. A redis:// URL with
+		// several addr= parameters, or cluster: true, connects to a Redis Cluster.
+		// Defaults to redis://127.0.0.1:6379/0.
+		URL string `koanf:"url"`
+		// Cluster connects to a Redis Cluster at URL's host. Defaults to false.
+		Cluster bool `koanf:"cluster"`
+		// Prefix is put before every key, so several installs (or tests) can
+		// share one Redis. Defaults to "nf:".
+		Prefix string `koanf:"prefix"`
+	} `koanf:"redis"`
+	HTTP struct {
+		// Addr is the listen address of serve and all. Defaults to :8080.
+		Addr string `koanf:"addr"`
+	} `koanf:"http"`
+	Metrics struct {
+		// Addr serves /metrics, /healthz and /readyz for every role; empty
+		// turns it off. Defaults to :9090.
+		Addr string `koanf:"addr"`
+		// Pprof adds /debug/pprof/ to the metrics listener. Defaults to false.
+		Pprof bool `koanf:"pprof"`
+	} `koanf:"metrics"`
+	Auth struct {
+		// Secret is the HMAC key of the HS256 bearer tokens. No default.
+		Secret string `koanf:"secret"`
+	} `koanf:"auth"`
+	Posts struct {
+		// MaxChars is the longest post body in characters. Defaults to 1000.
+		MaxChars int `koanf:"max_chars"`
+	} `koanf:"posts"`
+	Feed struct {
+		// MaxLen is how many entries a feed keeps in Redis. Defaults to 800.
+		MaxLen int `koanf:"max_len"`
+		// Backfill is how many recent posts of a newly followed author are
+		// merged into the follower's feed. Defaults to 50.
+		Backfill int `koanf:"backfill"`
+		// RebuildWait bounds how long a read waits for another reader's
+		// rebuild of the same feed. Defaults to 5s.
+		RebuildWait time.Duration `koanf:"rebuild_wait"`
+	} `koanf:"feed"`
+	Fanout struct {
+		// ChunkSize is followers per unit of fan-out work. Defaults to 5000.
+		ChunkSize int `koanf:"chunk_size"`
+		// PageSize is followers read and written per round trip. Defaults to 1000.
+		PageSize int `koanf:"page_size"`
+		// CelebrityThreshold: authors with more followers are merged at read
+		// time instead of fanned out. Defaults to 10000.
+		CelebrityThreshold int64 `koanf:"celebrity_threshold"`
+		// Concurrency is tickets in flight per work process. Defaults to 64.
+		Concurrency int `koanf:"concurrency"`
+	} `koanf:"fanout"`
+	Outbox struct {
+		// BatchSize is rows claimed per dispatcher round trip. Defaults to 500.
+		BatchSize int `koanf:"batch_size"`
+		// PollInterval is the longest a dispatcher sleeps between claims when
+		// no notification wakes it. Defaults to 500ms.
+		PollInterval time.Duration `koanf:"poll_interval"`
+		// Notify turns on LISTEN/NOTIFY wake-ups; turn it off behind PgBouncer
+		// in transaction mode. Defaults to true.
+		Notify bool `koanf:"notify"`
+		// Lease is how long a claimed row stays with its dispatcher before any
+		// other may take it. Defaults to 30s.
+		Lease time.Duration `koanf:"lease"`
+		// RedeliverAfter: a published row whose fan-out no worker reported
+		// finished (and no worker is extending) is published again after
+		// this long. Defaults to 2m.
+		RedeliverAfter time.Duration `koanf:"redeliver_after"`
+		// MaxAttempts before a row is parked as dead. Defaults to 10.
+		MaxAttempts int `koanf:"max_attempts"`
+		// BackoffBase spaces retries: base·attempt⁴ with jitter. Defaults to 1s.
+		BackoffBase time.Duration `koanf:"backoff_base"`
+		// BackoffMax caps the wait between retries. Defaults to 1h.
+		BackoffMax time.Duration `koanf:"backoff_max"`
+		// Retention is how long finished rows are kept. Defaults to 24h.
+		Retention time.Duration `koanf:"retention"`
+	} `koanf:"outbox"`
+	Queue struct {
+		// Stream is the Redis stream name (after the prefix). Defaults to "tickets".
+		Stream string `koanf:"stream"`
+		// Group is the consumer group of the workers. Defaults to "fanout".
+		Group string `koanf:"group"`
+		// ClaimIdle: tickets idle this long in a dead consumer's pending list
+		// are taken over. Defaults to 30s.
+		ClaimIdle time.Duration `koanf:"claim_idle"`
+		// MaxDeliveries: a ticket delivered more often than this (its workers
+		// keep dying on it) is dead-lettered. Defaults to 5.
+		MaxDeliveries int64 `koanf:"max_deliveries"`
+	} `koanf:"queue"`
+	Log struct {
+		// Level is debug, info, warn or error. Defaults to info.
+		Level string `koanf:"level"`
+		// Format is json or console. Defaults to json (console with --dev).
+		Format string `koanf:"format"`
+	} `koanf:"log"`
+	// ShutdownTimeout bounds a graceful stop. Defaults to 15s.
+	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
+}
+
+// defaults holds every key with its default value; it is also the list of
+// known keys, used to map environment variables and reject unknown file keys.
+var defaults = map[string]any{
+	"database.url":               "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
+	"database.read_url":          "",
+	"database.max_conns":         16,
+	"database.connect_wait":      "10s",
+	"redis.url":                  "redis://127.0.0.1:6379/0",
+	"redis.cluster":              false,
+	"redis.prefix":               "nf:",
+	"http.addr":                  ":8080",
+	"metrics.addr":               ":9090",
+	"metrics.pprof":              false,
+	"auth.secret":                "",
+	"posts.max_chars":            1000,
+	"feed.max_len":               800,
+	"feed.backfill":              50,
+	"feed.rebuild_wait":          "5s",
+	"fanout.chunk_size":          5000,
+	"fanout.page_size":           1000,
+	"fanout.celebrity_threshold": 10000,
+	"fanout.concurrency":         64,
+	"outbox.batch_size":          500,
+	"outbox.poll_interval":       "500ms",
+	"outbox.notify":              true,
+	"outbox.lease":               "30s",
+	"outbox.redeliver_after":     "2m",
+	"outbox.max_attempts":        10,
+	"outbox.backoff_base":        "1s",
+	"outbox.backoff_max":         "1h",
+	"outbox.retention":           "24h",
+	"queue.stream":               "tickets",
+	"queue.group":                "fanout",
+	"queue.claim_idle":           "30s",
+	"queue.max_deliveries":       5,
+	"log.level":                  "info",
+	"log.format":                 "json",
+	"shutdown_timeout":           "15s",
+}
+
+// LoadConfig builds the configuration from defaults, the YAML file at path
+// (optional when path is "config.yaml" and it does not exist), the
+// environment, and finally overrides (flag values keyed by config key).
+func LoadConfig(path string, explicitPath bool, environ []string, overrides map[string]any) (*Config, error) {
+	k := koanf.New(".")
+	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
+		return nil, fmt.Errorf("load defaults: %w", err)
+	}
+
+	if path != "" {
+		if _, err := os.Stat(path); err == nil || explicitPath {
+			fileConf := koanf.New(".")
+			if err := fileConf.Load(file.Provider(path), yaml.Parser()); err != nil {
+				return nil, fmt.Errorf("config file %s: %w", path, err)
+			}
+			for _, key := range fileConf.Keys() {
+				if _, ok := defaults[key]; !ok {
+					return nil, fmt.Errorf("config file %s: unknown key %q", path, key)
+				}
+			}
+			if err := k.Merge(fileConf); err != nil {
+				return nil, fmt.Errorf("config file %s: %w", path, err)
+			}
+		}
+	}
+
+	envConf := map[string]any{}
+	for _, kv := range environ {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || !strings.HasPrefix(name, "NEWSFEED_") {
+			continue
+		}
+		if key, known := envKeys[name]; known {
+			envConf[key] = value
+		}
+	}
+	if err := k.Load(confmap.Provider(envConf, "."), nil); err != nil {
+		return nil, fmt.Errorf("load environment: %w", err)
+	}
+	if len(overrides) > 0 {
+		if err := k.Load(confmap.Provider(overrides, "."), nil); err != nil {
+			return nil, fmt.Errorf("load flags: %w", err)
+		}
+	}
+
+	var cfg Config
+	if err := k.Unmarshal("", &cfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
+}
+
+// envKeys maps NEWSFEED_FEED_MAX_LEN to feed.max_len for every known key.
+var envKeys = func() map[string]string {
+	m := make(map[string]string, len(defaults))
+	for key := range defaults {
+		m["NEWSFEED_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
+	}
+	return m
+}()
+
+// KnownKeys lists every configuration key, sorted.
+func KnownKeys() []string {
+	keys := make([]string, 0, len(defaults))
+	for k := range defaults {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	positive := func(key string, v int) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("config key %s must be positive, got %d", key, v))
+		}
+	}
+	positiveDur := func(key string, v time.Duration) {
+		if v <= 0 {
+			errs = append(errs, fmt.Errorf("config key %s must be a positive duration, got %s", key, v))
+		}
+	}
+	if c.Database.URL == "" {
+		errs = append(errs, errors.New("config key database.url is empty"))
+	}
+	if c.Redis.URL == "" {
+		errs = append(errs, errors.New("config key redis.url is empty"))
+	}
+	positive("database.max_conns", int(c.Database.MaxConns))
+	positive("posts.max_chars", c.Posts.MaxChars)
+	positive("feed.max_len", c.Feed.MaxLen)
+	if c.Feed.Backfill < 0 {
+		errs = append(errs, fmt.Errorf("config key feed.backfill must not be negative, got %d", c.Feed.Backfill))
+	}
+	positive("fanout.chunk_size", c.Fanout.ChunkSize)
+	positive("fanout.page_size", c.Fanout.PageSize)
+	positive("fanout.concurrency", c.Fanout.Concurrency)
+	if c.Fanout.CelebrityThreshold < 0 {
+		errs = append(errs, fmt.Errorf("config key fanout.celebrity_threshold must not be negative, got %d", c.Fanout.CelebrityThreshold))
+	}
+	positive("outbox.batch_size", c.Outbox.BatchSize)
+	positive("outbox.max_attempts", c.Outbox.MaxAttempts)
+	positiveDur("outbox.poll_interval", c.Outbox.PollInterval)
+	positiveDur("outbox.lease", c.Outbox.Lease)
+	positiveDur("outbox.redeliver_after", c.Outbox.RedeliverAfter)
+	positiveDur("outbox.retention", c.Outbox.Retention)
+	positiveDur("queue.claim_idle", c.Queue.ClaimIdle)
+	positive("queue.max_deliveries", int(c.Queue.MaxDeliveries))
+	positiveDur("database.connect_wait", c.Database.ConnectWait)
+	positiveDur("outbox.backoff_base", c.Outbox.BackoffBase)
+	positiveDur("outbox.backoff_max", c.Outbox.BackoffMax)
+	positiveDur("feed.rebuild_wait", c.Feed.RebuildWait)
+	positiveDur("shutdown_timeout", c.ShutdownTimeout)
+	if c.Queue.Stream == "" || c.Queue.Group == "" {
+		errs = append(errs, errors.New("config keys queue.stream and queue.group must not be empty"))
+	}
+	switch c.Log.Level {
+	case "debug", "info", "warn", "error":
+	default:
+		errs = append(errs, fmt.Errorf("config key log.level must be debug, info, warn or error, got %q", c.Log.Level))
+	}
+	switch c.Log.Format {
+	case "json", "console":
+	default:
+		errs = append(errs, fmt.Errorf("config key log.format must be json or console, got %q", c.Log.Format))
+	}
+	if len(errs) > 0 {
+		return errs[0] // one clear line: the first problem found
+	}
+	return nil
+}

@@ -1,0 +1,426 @@
+// Package fanout is the worker side of delivery: it takes tickets from the
+// queue, applies each event to the feeds it touches (a new post goes into
+// every follower's feed, a deleted one leaves them, a follow merges the
+// followee's recent posts, an unfollow removes them), reports the event
+// finished in the outbox, and only then acknowledges the ticket.
+//
+// Every step is idempotent, so a ticket delivered twice — after a crash, a
+// lease expiry, a lost acknowledgement — changes nothing the second time.
+package fanout
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/queue"
+)
+
+// Graph is what the worker reads from the social graph.
+type Graph interface {
+	// FollowerIDs returns up to limit follower ids of authorID above after, ascending.
+	FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error)
+}
+
+// Feeds is what the worker writes.
+type Feeds interface {
+	// Push adds a post to the existing feeds among followers and returns how many gained it.
+	Push(ctx context.Context, postID int64, followers []int64) (int, error)
+	// Followed merges the followee's recent posts into the follower's feed
+	// and returns how many were new.
+	Followed(ctx context.Context, follower, followee int64) (int, error)
+	// Unfollowed removes the followee's posts from the follower's feed.
+	Unfollowed(ctx context.Context, follower, followee int64) error
+	// Remove takes posts out of the feeds of users.
+	Remove(ctx context.Context, users []int64, postIDs []int64) error
+	// ForgetPost hides a deleted post from every read at once.
+	ForgetPost(ctx context.Context, postID int64) error
+}
+
+// Outbox is how the worker reports the outcome of an event.
+type Outbox interface {
+	// Finish marks the event's fan-out finished.
+	Finish(ctx context.Context, id int64) error
+	// Fail schedules a retry after retryIn, or parks the event dead after maxAttempts.
+	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
+	// Bury parks the event dead at once.
+	Bury(ctx context.Context, id int64, cause string) error
+	// Extend postpones redelivery of an event whose fan-out is still running.
+	Extend(ctx context.Context, id int64, by time.Duration) error
+}
+
+// Queue is where tickets come from.
+type Queue interface {
+	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]queue.Ticket, error)
+	ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]queue.Ticket, error)
+	Touch(ctx context.Context, consumer, messageID string) error
+	Ack(ctx context.Context, messageID string) error
+	DeadLetter(ctx context.Context, t queue.Ticket, cause string) error
+}
+
+// Config configures a Worker. Zero fields take the defaults named.
+type Config struct {
+	// Concurrency is tickets processed at once. Defaults to 64.
+	Concurrency int
+	// PageSize is followers read and written per round trip. Defaults to 1000.
+	PageSize int
+	// ClaimIdle is when a ticket held by a silent consumer is taken over;
+	// the worker touches its own tickets well within it. Defaults to 30s.
+	ClaimIdle time.Duration
+	// MaxDeliveries: a ticket delivered more often (its workers keep dying)
+	// is dead-lettered. Defaults to 5.
+	MaxDeliveries int64
+	// MaxAttempts before a failing event is dead. Defaults to 10.
+	MaxAttempts int
+	// Backoff spaces retries of a failing event. Defaults to outbox.DefaultBackoff.
+	Backoff outbox.Backoff
+	// RedeliverAfter is how far each heartbeat pushes the outbox row's
+	// redelivery deadline. Defaults to 2m.
+	RedeliverAfter time.Duration
+	// ShutdownTimeout is how long Run lets in-flight tickets finish after its
+	// context ends before cancelling them (they are redelivered). Defaults to 15s.
+	ShutdownTimeout time.Duration
+	// Consumer names this worker in the consumer group. Defaults to host-pid.
+	Consumer string
+	// Metrics to update. Defaults to unregistered ones.
+	Metrics *Metrics
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+func (c *Config) setDefaults() {
+	setDefault(&c.Concurrency, 64)
+	setDefault(&c.PageSize, 1000)
+	setDefault(&c.ClaimIdle, 30*time.Second)
+	setDefault(&c.MaxDeliveries, 5)
+	setDefault(&c.MaxAttempts, 10)
+	setDefault(&c.RedeliverAfter, 2*time.Minute)
+	setDefault(&c.ShutdownTimeout, 15*time.Second)
+	if c.Backoff == (outbox.Backoff{}) {
+		c.Backoff = outbox.DefaultBackoff
+	}
+	if c.Consumer == "" {
+		host, _ := os.Hostname()
+		c.Consumer = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
+}
+
+// Worker consumes tickets and writes feeds.
+type Worker struct {
+	graph   Graph
+	feeds   Feeds
+	outbox  Outbox
+	queue   Queue
+	cfg     Config
+	log     *zap.Logger
+	metrics *Metrics
+}
+
+// Metrics are the worker's Prometheus metrics. Every role registers them, so
+// that every process exports the names API.md lists; a process that does no
+// fan-out exports zeros.
+type Metrics struct {
+	entries  prometheus.Counter
+	delivery prometheus.Histogram
+	tickets  *prometheus.CounterVec
+}
+
+// NewMetrics builds the worker metrics and registers them with reg, if not nil.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		entries: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "newsfeed_fanout_entries_total", Help: "Feed entries written by fan-out (repeats of an entry not counted).",
+		}),
+		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "newsfeed_delivery_seconds",
+			Help:    "Time from a post's creation to the end of its fan-out.",
+			Buckets: prometheus.ExponentialBuckets(0.005, 2, 15),
+		}),
+		tickets: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "newsfeed_fanout_tickets_total", Help: "Tickets processed, by event type and outcome.",
+		}, []string{"type", "outcome"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.entries, m.delivery, m.tickets)
+	}
+	return m
+}
+
+// New builds a worker.
+func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) *Worker {
+	cfg.setDefaults()
+	if cfg.Metrics == nil {
+		cfg.Metrics = NewMetrics(nil)
+	}
+	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}
+}
+
+// Run processes tickets until ctx ends, then lets in-flight tickets finish
+// for up to ShutdownTimeout and cancels the rest, which stay unacknowledged
+// and are redelivered. Failures of Redis or PostgreSQL are retried.
+func (w *Worker) Run(ctx context.Context) error {
+	workCtx, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	slots := make(chan struct{}, w.cfg.Concurrency)
+	var inFlight sync.WaitGroup
+	start := func(t queue.Ticket) {
+		slots <- struct{}{}
+		inFlight.Add(1)
+		go func() {
+			defer func() { <-slots; inFlight.Done() }()
+			w.process(workCtx, t)
+		}()
+	}
+
+	lastClaim := time.Time{}
+	errDelay := time.Duration(0)
+	for ctx.Err() == nil {
+		// Wait for a free slot, then take as many tickets as there are slots.
+		select {
+		case slots <- struct{}{}:
+			<-slots
+		case <-ctx.Done():
+			continue
+		}
+		free := w.cfg.Concurrency - len(slots)
+		var tickets []queue.Ticket
+		var err error
+		if time.Since(lastClaim) > w.cfg.ClaimIdle/2 {
+			lastClaim = time.Now()
+			tickets, err = w.queue.ClaimStale(ctx, w.cfg.Consumer, w.cfg.ClaimIdle, free)
+			if len(tickets) > 0 {
+				w.log.Info("took over stale tickets", zap.Int("count", len(tickets)))
+			}
+		}
+		if err == nil && len(tickets) == 0 {
+			tickets, err = w.queue.Read(ctx, w.cfg.Consumer, free, time.Second)
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			errDelay = min(max(2*errDelay, 100*time.Millisecond), 5*time.Second)
+			w.log.Warn("reading tickets failed; retrying", zap.Error(err), zap.Duration("retry_in", errDelay))
+			sleep(ctx, errDelay)
+			continue
+		}
+		errDelay = 0
+		for _, t := range tickets {
+			start(t)
+		}
+	}
+
+	done := make(chan struct{})
+	go func() { inFlight.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(w.cfg.ShutdownTimeout):
+		w.log.Warn("shutdown timeout: abandoning in-flight tickets to redelivery")
+		cancelWork()
+		<-done
+	}
+	return nil
+}
+
+// process handles one ticket from start to acknowledgement.
+func (w *Worker) process(ctx context.Context, t queue.Ticket) {
+	log := w.log.With(zap.Int64("outbox_id", t.ID), zap.String("type", t.Type), zap.String("message_id", t.MessageID))
+	if t.Deliveries > w.cfg.MaxDeliveries {
+		w.bury(ctx, log, t, fmt.Sprintf("delivered %d times without finishing", t.Deliveries))
+		return
+	}
+
+	stopHeartbeat := w.heartbeat(ctx, log, t)
+	err := w.handle(ctx, t)
+	stopHeartbeat()
+
+	switch {
+	case ctx.Err() != nil:
+		w.metrics.tickets.WithLabelValues(t.Type, "abandoned").Inc()
+		return // shutting down: the ticket stays pending and is redelivered
+	case err == nil:
+		if err := w.outbox.Finish(ctx, t.ID); err != nil {
+			log.Warn("cannot record finished fan-out; the ticket will be redelivered", zap.Error(err))
+			return
+		}
+		w.ack(ctx, log, t)
+		w.metrics.tickets.WithLabelValues(t.Type, "done").Inc()
+		if t.Type == outbox.PostCreated {
+			w.metrics.delivery.Observe(time.Since(t.CreatedAt).Seconds())
+		}
+	case errors.As(err, new(*permanentError)):
+		w.bury(ctx, log, t, err.Error())
+	default:
+		w.metrics.tickets.WithLabelValues(t.Type, "failed").Inc()
+		dead, ferr := w.outbox.Fail(ctx, t.ID, w.cfg.MaxAttempts, w.cfg.Backoff.Delay(t.Attempt), err.Error())
+		if ferr != nil {
+			log.Warn("fan-out failed and cannot be rescheduled; the ticket will be redelivered",
+				zap.Error(err), zap.NamedError("outbox_error", ferr))
+			return
+		}
+		if dead {
+			log.Error("fan-out failed for the last time; event is dead", zap.Error(err))
+			if err := w.queue.DeadLetter(ctx, t, err.Error()); err != nil {
+				log.Warn("cannot dead-letter ticket", zap.Error(err))
+			}
+			return
+		}
+		log.Warn("fan-out failed; the dispatcher will publish it again after a backoff", zap.Error(err))
+		w.ack(ctx, log, t) // the outbox row is pending again and owns the retry
+	}
+}
+
+func (w *Worker) bury(ctx context.Context, log *zap.Logger, t queue.Ticket, cause string) {
+	w.metrics.tickets.WithLabelValues(t.Type, "dead").Inc()
+	log.Error("event is dead", zap.String("cause", cause))
+	if err := w.outbox.Bury(ctx, t.ID, cause); err != nil {
+		log.Warn("cannot park event as dead; the ticket will be redelivered", zap.Error(err))
+		return
+	}
+	if err := w.queue.DeadLetter(ctx, t, cause); err != nil {
+		log.Warn("cannot dead-letter ticket", zap.Error(err))
+	}
+}
+
+func (w *Worker) ack(ctx context.Context, log *zap.Logger, t queue.Ticket) {
+	if err := w.queue.Ack(ctx, t.MessageID); err != nil {
+		// Harmless: the ticket is redelivered and its fan-out changes nothing.
+		log.Warn("cannot acknowledge ticket", zap.Error(err))
+	}
+}
+
+// heartbeat keeps a long fan-out from being taken over (queue) or published
+// again (outbox) while this worker is still on it.
+func (w *Worker) heartbeat(ctx context.Context, log *zap.Logger, t queue.Ticket) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.cfg.ClaimIdle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := w.queue.Touch(ctx, w.cfg.Consumer, t.MessageID); err != nil && ctx.Err() == nil {
+					log.Warn("heartbeat to queue failed", zap.Error(err))
+				}
+				if err := w.outbox.Extend(ctx, t.ID, w.cfg.RedeliverAfter); err != nil && ctx.Err() == nil {
+					log.Warn("heartbeat to outbox failed", zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// permanentError marks an event that no retry can fix (malformed payload,
+// unknown type): it is parked dead at once.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+func permanent(format string, args ...any) error {
+	return &permanentError{fmt.Errorf(format, args...)}
+}
+
+// handle applies one event to the feeds.
+func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
+	switch t.Type {
+	case outbox.PostCreated, outbox.PostDeleted:
+		var p outbox.PostPayload
+		if err := json.Unmarshal(t.Payload, &p); err != nil || p.PostID <= 0 || p.AuthorID <= 0 {
+			return permanent("malformed %s payload %q", t.Type, t.Payload)
+		}
+		if t.Type == outbox.PostCreated {
+			return w.pushPost(ctx, p)
+		}
+		return w.removePost(ctx, p)
+	case outbox.FollowCreated, outbox.FollowDeleted:
+		var p outbox.FollowPayload
+		if err := json.Unmarshal(t.Payload, &p); err != nil || p.FollowerID <= 0 || p.FolloweeID <= 0 {
+			return permanent("malformed %s payload %q", t.Type, t.Payload)
+		}
+		if t.Type == outbox.FollowCreated {
+			return w.backfill(ctx, p)
+		}
+		return w.unfill(ctx, p)
+	default:
+		return permanent("unknown event type %q", t.Type)
+	}
+}
+
+// eachFollowerPage calls fn with the author's followers, one keyset page at
+// a time: memory stays flat however many followers there are.
+func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([]int64) error) error {
+	after := int64(0)
+	for {
+		ids, err := w.graph.FollowerIDs(ctx, authorID, after, w.cfg.PageSize)
+		if err != nil {
+			return err
+		}
+		if len(ids) == 0 {
+			return nil
+		}
+		if err := fn(ids); err != nil {
+			return err
+		}
+		if len(ids) < w.cfg.PageSize {
+			return nil
+		}
+		after = ids[len(ids)-1]
+	}
+}
+
+func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
+	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
+		added, err := w.feeds.Push(ctx, p.PostID, followers)
+		w.metrics.entries.Add(float64(added))
+		return err
+	})
+}
+
+func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
+	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
+		return err
+	}
+	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
+		return w.feeds.Remove(ctx, followers, []int64{p.PostID})
+	})
+}
+
+func (w *Worker) backfill(ctx context.Context, p outbox.FollowPayload) error {
+	added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
+	w.metrics.entries.Add(float64(added))
+	return err
+}
+
+func (w *Worker) unfill(ctx context.Context, p outbox.FollowPayload) error {
+	return w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	select {
+	case <-ctx.Done():
+	case <-time.After(d):
+	}
+}

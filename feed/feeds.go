@@ -1,0 +1,438 @@
+package feed
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// Store is the PostgreSQL side that feeds cache.
+type Store interface {
+	// PostsByID returns the live posts among ids, in any order.
+	PostsByID(ctx context.Context, ids []int64) ([]Post, error)
+	// FolloweePosts returns up to limit live posts with id < before by the
+	// people followerID follows, newest first.
+	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]Post, error)
+	// AuthorPostIDsSince returns the author's live post ids >= since, newest
+	// first, at most limit.
+	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)
+}
+
+// Config configures Feeds. Zero fields take the defaults named.
+type Config struct {
+	// Prefix is put before every Redis key. Defaults to "".
+	Prefix string
+	// MaxLen is entries kept per feed. Defaults to 800.
+	MaxLen int
+	// Backfill is how many recent posts of a newly followed author are
+	// merged into the follower's feed. Defaults to 0: none.
+	Backfill int
+	// RebuildWait bounds how long a read waits for another reader's rebuild
+	// before it answers from PostgreSQL. Defaults to 5s.
+	RebuildWait time.Duration
+	// PostTTL is how long a post stays in the post cache. Defaults to 24h.
+	PostTTL time.Duration
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// Feeds reads and writes home feeds.
+type Feeds struct {
+	rdb   redis.UniversalClient
+	store Store
+	cfg   Config
+	keys  keys
+	log   *zap.Logger
+}
+
+// New builds Feeds on a Redis client and the PostgreSQL store.
+func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
+	if cfg.MaxLen <= 0 {
+		cfg.MaxLen = 800
+	}
+	if cfg.RebuildWait <= 0 {
+		cfg.RebuildWait = 5 * time.Second
+	}
+	if cfg.PostTTL <= 0 {
+		cfg.PostTTL = 24 * time.Hour
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
+	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger}
+}
+
+// maxPipeline bounds the commands sent in one pipeline; very large pipelines
+// fail or stall Redis (Misskey saw it at ~30k).
+const maxPipeline = 2000
+
+// Push adds post postID to the feeds of followers that exist and trims them.
+// It returns how many feeds gained the entry (a repeated push gains none).
+func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
+	added := 0
+	for start := 0; start < len(followers); start += maxPipeline {
+		batch := followers[start:min(start+maxPipeline, len(followers))]
+		cmds, err := f.runScripts(ctx, pushScript, len(batch), func(p redis.Pipeliner, i int) *redis.Cmd {
+			return pushScript.EvalSha(ctx, p, []string{f.keys.feed(batch[i])}, postID, f.cfg.MaxLen)
+		})
+		if err != nil {
+			return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
+		}
+		for _, c := range cmds {
+			if n, _ := c.Int(); n == 1 {
+				added++
+			}
+		}
+	}
+	return added, nil
+}
+
+// Merge adds posts to the feed of userID, if the feed exists, and trims it.
+// It returns how many were new.
+func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64) (int, error) {
+	if len(postIDs) == 0 {
+		return 0, nil
+	}
+	args := make([]any, 0, len(postIDs)+1)
+	args = append(args, f.cfg.MaxLen)
+	for _, id := range postIDs {
+		args = append(args, id)
+	}
+	n, err := mergeScript.Run(ctx, f.rdb, []string{f.keys.feed(userID)}, args...).Int()
+	if err != nil {
+		return 0, fmt.Errorf("merge posts into feed %d: %w", userID, err)
+	}
+	return max(n, 0), nil
+}
+
+// Followed merges up to Backfill recent posts of followee into the feed of
+// follower (if it exists), and returns how many were new.
+func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
+	if f.cfg.Backfill <= 0 {
+		return 0, nil
+	}
+	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, f.cfg.Backfill)
+	if err != nil {
+		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
+	}
+	return f.Merge(ctx, follower, ids)
+}
+
+// Unfollowed removes followee's posts from the feed of follower without
+// scanning the feed: a feed of MaxLen entries can only hold the followee's
+// MaxLen newest posts, so those are the ones removed.
+func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
+	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, f.cfg.MaxLen)
+	if err != nil {
+		return fmt.Errorf("unfill feed %d: %w", follower, err)
+	}
+	return f.Remove(ctx, []int64{follower}, ids)
+}
+
+// Remove takes posts out of the feeds of users, in one round trip per batch.
+func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) error {
+	if len(postIDs) == 0 {
+		return nil
+	}
+	members := make([]any, len(postIDs))
+	for i, id := range postIDs {
+		members[i] = strconv.FormatInt(id, 10)
+	}
+	for start := 0; start < len(users); start += maxPipeline {
+		batch := users[start:min(start+maxPipeline, len(users))]
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, u := range batch {
+				p.ZRem(ctx, f.keys.feed(u), members...)
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("remove posts from feeds: %w", err)
+		}
+	}
+	return nil
+}
+
+// ForgetPost marks a deleted post in the post cache, so that no read shows it
+// even while feeds still list it.
+func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
+	if err := f.rdb.Set(ctx, f.keys.post(postID), tombstone, f.cfg.PostTTL).Err(); err != nil {
+		return fmt.Errorf("forget post %d: %w", postID, err)
+	}
+	return nil
+}
+
+// Drop deletes a user's feed; the next read rebuilds it from PostgreSQL.
+func (f *Feeds) Drop(ctx context.Context, userID int64) error {
+	if err := f.rdb.Del(ctx, f.keys.feed(userID)).Err(); err != nil {
+		return fmt.Errorf("drop feed %d: %w", userID, err)
+	}
+	return nil
+}
+
+// runScripts sends n script calls in one pipeline. Redis forgets scripts when
+// it restarts; on NOSCRIPT the script is loaded again and the pipeline resent
+// (every call in it is idempotent).
+func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, call func(redis.Pipeliner, int) *redis.Cmd) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, n)
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range n {
+				cmds[i] = call(p, i)
+			}
+			return nil
+		})
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := s.Load(ctx, f.rdb).Err(); err != nil {
+				return nil, fmt.Errorf("load script: %w", err)
+			}
+			continue
+		}
+		return cmds, err
+	}
+}
+
+// Page is one page of a home feed.
+type Page struct {
+	// Posts, newest first.
+	Posts []Post
+	// Next is the id to read below for the next page, 0 on the last page.
+	Next int64
+}
+
+// Read returns up to limit posts of userID's home feed with id < before
+// (before <= 0 reads from the newest), newest first, with no duplicates and
+// no deleted posts. Past what Redis keeps it goes on from PostgreSQL.
+func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	want := limit + 1 // one more tells whether there is a next page
+	posts := make([]Post, 0, want)
+	cursor := before
+	for len(posts) < want {
+		n := want - len(posts)
+		ids, complete, err := f.readIDs(ctx, userID, cursor, n)
+		if err == nil && !complete {
+			if err = f.rebuild(ctx, userID); err == nil {
+				ids, complete, err = f.readIDs(ctx, userID, cursor, n)
+			}
+		}
+		if err != nil {
+			return Page{}, err
+		}
+		if complete {
+			hydrated, err := f.hydrate(ctx, ids)
+			if err != nil {
+				return Page{}, err
+			}
+			posts = append(posts, hydrated...)
+			if len(ids) == n {
+				cursor = ids[n-1] // some were deleted: read on in Redis
+				continue
+			}
+			if len(ids) > 0 {
+				cursor = ids[len(ids)-1]
+			}
+		}
+		// Redis has nothing older (or another reader's rebuild is slow):
+		// go on from the truth in PostgreSQL.
+		more, err := f.store.FolloweePosts(ctx, userID, cursor, want-len(posts))
+		if err != nil {
+			return Page{}, fmt.Errorf("read feed %d: %w", userID, err)
+		}
+		posts = append(posts, more...)
+		break
+	}
+	page := Page{Posts: posts}
+	if len(posts) > limit {
+		page.Posts = posts[:limit]
+		page.Next = posts[limit-1].ID
+	}
+	return page, nil
+}
+
+// readIDs reads up to n post ids below before from the feed, newest first, and
+// whether the feed is complete (else it must be rebuilt first).
+func (f *Feeds) readIDs(ctx context.Context, userID, before int64, n int) ([]int64, bool, error) {
+	key := f.keys.feed(userID)
+	var marker *redis.FloatCmd
+	var rng *redis.StringSliceCmd
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marker = p.ZScore(ctx, key, completeMarker)
+		rng = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
+			Max: "(" + strconv.FormatInt(before, 10), Min: "(0", Count: int64(n),
+		})
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, false, fmt.Errorf("read feed %d: %w", userID, err)
+	}
+	if marker.Err() != nil { // redis.Nil: no complete marker
+		return nil, false, nil
+	}
+	members := rng.Val()
+	ids := make([]int64, 0, len(members))
+	for _, m := range members {
+		if id, err := strconv.ParseInt(m, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids, true, nil
+}
+
+// tombstone is the post cache's value for a post that is deleted or missing.
+const tombstone = "-"
+
+// hydrate turns post ids into posts, in the same order, dropping deleted
+// ones: one round trip to the post cache, and one to PostgreSQL for misses.
+func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, f.keys.post(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("hydrate posts: %w", err)
+	}
+	found := make(map[int64]Post, len(ids))
+	dead := make(map[int64]bool)
+	var missing []int64
+	for i, c := range cmds {
+		raw, err := c.Bytes()
+		switch {
+		case err != nil:
+			missing = append(missing, ids[i])
+		case string(raw) == tombstone:
+			dead[ids[i]] = true
+		default:
+			var p Post
+			if json.Unmarshal(raw, &p) == nil {
+				found[p.ID] = p
+			} else {
+				missing = append(missing, ids[i])
+			}
+		}
+	}
+	if len(missing) > 0 {
+		posts, err := f.store.PostsByID(ctx, missing)
+		if err != nil {
+			return nil, fmt.Errorf("hydrate posts: %w", err)
+		}
+		for _, p := range posts {
+			found[p.ID] = p
+		}
+		f.cachePosts(ctx, posts, missing, found)
+	}
+	out := make([]Post, 0, len(ids))
+	for _, id := range ids {
+		if p, ok := found[id]; ok && !dead[id] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// cachePosts stores posts in the post cache, and tombstones for the ids among
+// wanted that PostgreSQL did not return. A cache write that fails only costs
+// a PostgreSQL read later, so it is logged, not returned.
+func (f *Feeds) cachePosts(ctx context.Context, posts []Post, wanted []int64, found map[int64]Post) {
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, post := range posts {
+			if raw, err := json.Marshal(post); err == nil {
+				p.Set(ctx, f.keys.post(post.ID), raw, f.cfg.PostTTL)
+			}
+		}
+		for _, id := range wanted {
+			if _, ok := found[id]; !ok {
+				p.SetNX(ctx, f.keys.post(id), tombstone, f.cfg.PostTTL)
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		f.log.Warn("post cache write failed", zap.Error(err))
+	}
+}
+
+// rebuild fills a feed that Redis does not have (lost, evicted, never read)
+// from PostgreSQL. One reader rebuilds; the others wait for it, up to
+// RebuildWait. Pushes that arrive during the rebuild are kept.
+func (f *Feeds) rebuild(ctx context.Context, userID int64) error {
+	lock := f.keys.rebuildLock(userID)
+	token := randomToken()
+	ok, err := f.rdb.SetNX(ctx, lock, token, 30*time.Second).Result()
+	if err != nil {
+		return fmt.Errorf("rebuild feed %d: lock: %w", userID, err)
+	}
+	if !ok {
+		return f.awaitRebuild(ctx, userID)
+	}
+	defer func() {
+		// Release on a fresh context: a cancelled read must not keep the lock.
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unlockScript.Run(unlockCtx, f.rdb, []string{lock}, token).Err() // expires anyway
+	}()
+
+	key := f.keys.feed(userID)
+	// The placeholder makes the key exist, so pushes from now on land in it.
+	if err := f.rdb.ZAdd(ctx, key, redis.Z{Score: -1, Member: buildingMarker}).Err(); err != nil {
+		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+	}
+	posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
+	if err != nil {
+		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+	}
+	args := make([]any, 0, len(posts)+1)
+	args = append(args, f.cfg.MaxLen)
+	for _, p := range posts {
+		args = append(args, p.ID)
+	}
+	if err := finishRebuildScript.Run(ctx, f.rdb, []string{key}, args...).Err(); err != nil {
+		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+	}
+	f.cachePosts(ctx, posts, nil, nil)
+	return nil
+}
+
+// awaitRebuild waits until another reader's rebuild completed the feed, or
+// RebuildWait passed; the caller reads again and checks which.
+func (f *Feeds) awaitRebuild(ctx context.Context, userID int64) error {
+	deadline := time.Now().Add(f.cfg.RebuildWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		err := f.rdb.ZScore(ctx, f.keys.feed(userID), completeMarker).Err()
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, redis.Nil) {
+			return fmt.Errorf("await feed %d rebuild: %w", userID, err)
+		}
+	}
+	return nil
+}
+
+func randomToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

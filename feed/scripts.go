@@ -1,0 +1,46 @@
+package feed
+
+import "github.com/redis/go-redis/v9"
+
+// pushScript adds one post to one feed if the feed exists, then trims it to
+// ARGV[2] entries, keeping the marker at rank 0. It returns 1 when it added
+// the post, 0 when the post was there already, -1 when there is no feed.
+var pushScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local added = redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1])
+redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[2]) + 1))
+return added
+`)
+
+// mergeScript adds several posts (ARGV[2..]) to one feed if it exists, then
+// trims to ARGV[1]. It returns how many it added, or -1 when there is no feed.
+var mergeScript = redis.NewScript(`
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local added = 0
+for i = 2, #ARGV do
+  added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
+end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[1]) + 1))
+return added
+`)
+
+// finishRebuildScript completes a rebuild: if the placeholder is still there
+// (nobody dropped the feed meanwhile, as an unfollow does), it adds the posts
+// (ARGV[2..]), swaps the placeholder for the complete marker and trims to
+// ARGV[1]. It returns 1 when the feed is now complete, 0 when it gave up.
+var finishRebuildScript = redis.NewScript(`
+if not redis.call('ZSCORE', KEYS[1], '-1') then return 0 end
+for i = 2, #ARGV do
+  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
+end
+redis.call('ZADD', KEYS[1], 0, '0')
+redis.call('ZREM', KEYS[1], '-1')
+redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[1]) + 1))
+return 1
+`)
+
+// unlockScript deletes a lock only if it still holds our token.
+var unlockScript = redis.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`)

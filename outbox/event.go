@@ -1,0 +1,40 @@
+package outbox
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Event types written to the outbox. Each names the change it announces.
+const (
+	PostCreated   = "post.created"
+	PostDeleted   = "post.deleted"
+	FollowCreated = "follow.created"
+	FollowDeleted = "follow.deleted"
+)
+
+// Event is one outbox row as the dispatcher claims it and the queue carries it.
+type Event struct {
+	// ID is the outbox row id.
+	ID int64
+	// Type is one of the event type constants.
+	Type string
+	// Payload is the JSON body of the event (PostPayload or FollowPayload).
+	Payload json.RawMessage
+	// Attempt counts claims of this row, this one included (1 on the first).
+	Attempt int
+	// CreatedAt is when the change committed; delivery latency starts here.
+	CreatedAt time.Time
+}
+
+// PostPayload is the payload of post.created and post.deleted.
+type PostPayload struct {
+	PostID   int64 `json:"post_id"`
+	AuthorID int64 `json:"author_id"`
+}
+
+// FollowPayload is the payload of follow.created and follow.deleted.
+type FollowPayload struct {
+	FollowerID int64 `json:"follower_id"`
+	FolloweeID int64 `json:"followee_id"`
+}

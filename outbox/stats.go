@@ -1,0 +1,77 @@
+package outbox
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Stats is a count of outbox rows by state.
+type Stats struct {
+	// Pending rows wait to be published.
+	Pending int64 `json:"pending"`
+	// InFlight rows are claimed or published and not finished yet.
+	InFlight int64 `json:"in_flight"`
+	// Dead rows gave up; an operator may retry them.
+	Dead int64 `json:"dead"`
+	// OldestPendingAge is the age of the oldest row not finished nor dead.
+	OldestPendingAge time.Duration `json:"-"`
+}
+
+// StatsFunc reads the current Stats.
+type StatsFunc func(ctx context.Context) (Stats, error)
+
+// Collector exports the outbox gauges that API.md names. It reads shared
+// state, so any role may export it; a scrape reads the table at most once a
+// second and repeats the last values it read while PostgreSQL is down.
+type Collector struct {
+	statsFunc StatsFunc
+
+	mu      sync.Mutex
+	last    Stats
+	lastAt  time.Time
+	pending *prometheus.Desc
+	oldest  *prometheus.Desc
+	dead    *prometheus.Desc
+	flight  *prometheus.Desc
+}
+
+// NewCollector builds a Collector that reads stats with statsFunc.
+func NewCollector(statsFunc StatsFunc) *Collector {
+	return &Collector{
+		statsFunc: statsFunc,
+		pending:   prometheus.NewDesc("newsfeed_outbox_pending", "Outbox events not yet finished (waiting to be published or in flight).", nil, nil),
+		oldest:    prometheus.NewDesc("newsfeed_outbox_oldest_pending_age_seconds", "Age of the oldest outbox event not yet finished.", nil, nil),
+		dead:      prometheus.NewDesc("newsfeed_outbox_dead", "Outbox events parked as dead.", nil, nil),
+		flight:    prometheus.NewDesc("newsfeed_outbox_in_flight", "Outbox events claimed or published and not finished.", nil, nil),
+	}
+}
+
+// Describe implements prometheus.Collector.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.pending
+	ch <- c.oldest
+	ch <- c.dead
+	ch <- c.flight
+}
+
+// Collect implements prometheus.Collector.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.lastAt) > time.Second {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		s, err := c.statsFunc(ctx)
+		cancel()
+		if err == nil {
+			c.last, c.lastAt = s, time.Now()
+		}
+	}
+	s := c.last
+	ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(s.Pending+s.InFlight))
+	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, s.OldestPendingAge.Seconds())
+	ch <- prometheus.MustNewConstMetric(c.dead, prometheus.GaugeValue, float64(s.Dead))
+	ch <- prometheus.MustNewConstMetric(c.flight, prometheus.GaugeValue, float64(s.InFlight))
+}

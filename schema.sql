@@ -1,0 +1,71 @@
+-- newsfeed schema. Applied by `newsfeed migrate` (and `newsfeed all`) under an
+-- advisory lock; every statement is idempotent, so it is safe on every deploy
+-- and when two migrations run at once.
+
+-- Post ids double as Redis sorted-set scores, which are float64: the sequence
+-- stops at 2^53-1 so that every score is exact (mastodon learned this late).
+CREATE SEQUENCE IF NOT EXISTS posts_id_seq AS bigint MAXVALUE 9007199254740991;
+
+CREATE TABLE IF NOT EXISTS posts (
+    id              bigint PRIMARY KEY DEFAULT nextval('posts_id_seq'),
+    author_id       bigint      NOT NULL CHECK (author_id > 0),
+    body            text        NOT NULL,
+    created_at      timestamptz NOT NULL DEFAULT now(),
+    deleted_at      timestamptz,
+    -- Idempotency-Key of the request that created the post, unique per author.
+    idempotency_key text        CHECK (length(idempotency_key) <= 255)
+);
+ALTER SEQUENCE posts_id_seq OWNED BY posts.id;
+
+-- An author's own posts, newest first; also the per-followee probe of feed rebuilds.
+CREATE INDEX IF NOT EXISTS posts_author_id_idx ON posts (author_id, id DESC) WHERE deleted_at IS NULL;
+CREATE UNIQUE INDEX IF NOT EXISTS posts_idempotency_key_idx ON posts (author_id, idempotency_key)
+    WHERE idempotency_key IS NOT NULL;
+
+CREATE TABLE IF NOT EXISTS follows (
+    follower_id bigint      NOT NULL CHECK (follower_id > 0),
+    followee_id bigint      NOT NULL CHECK (followee_id > 0),
+    created_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (followee_id, follower_id),
+    CHECK (follower_id <> followee_id)
+);
+-- The primary key serves fan-out paging (followee_id, follower_id > last).
+-- Listings are newest first with a (created_at, id) keyset cursor.
+CREATE INDEX IF NOT EXISTS follows_followers_idx ON follows (followee_id, created_at DESC, follower_id DESC);
+CREATE INDEX IF NOT EXISTS follows_following_idx ON follows (follower_id, created_at DESC, followee_id DESC);
+
+-- Follower counts, kept as follows come and go, so that fan-out can decide
+-- "push or pull" without counting a million rows per post.
+CREATE TABLE IF NOT EXISTS follower_counts (
+    user_id   bigint PRIMARY KEY,
+    followers bigint NOT NULL DEFAULT 0
+);
+
+-- The transactional outbox: one row per delivery intent, written in the same
+-- transaction as the change it announces.
+--
+--   pending    waiting to be published; due_at = earliest next attempt
+--   publishing claimed by a dispatcher; due_at = lease expiry
+--   published  in the queue; due_at = when to publish again if no worker
+--              has reported the fan-out finished (lost ticket)
+--   done       fan-out finished; deleted after outbox.retention
+--   dead       gave up after outbox.max_attempts; last_error says why
+CREATE TABLE IF NOT EXISTS outbox (
+    id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    event_type   text        NOT NULL,
+    payload      jsonb       NOT NULL,
+    status       text        NOT NULL DEFAULT 'pending'
+                 CHECK (status IN ('pending', 'publishing', 'published', 'done', 'dead')),
+    attempts     integer     NOT NULL DEFAULT 0,
+    due_at       timestamptz NOT NULL DEFAULT now(),
+    last_error   text,
+    created_at   timestamptz NOT NULL DEFAULT now(),
+    published_at timestamptz,
+    finished_at  timestamptz
+);
+-- The claim query reads only rows that still need a dispatcher: this partial
+-- index stays small however many finished rows wait for the cleaner.
+CREATE INDEX IF NOT EXISTS outbox_due_idx ON outbox (due_at, id)
+    WHERE status IN ('pending', 'publishing', 'published');
+CREATE INDEX IF NOT EXISTS outbox_dead_idx ON outbox (id) WHERE status = 'dead';
+CREATE INDEX IF NOT EXISTS outbox_finished_idx ON outbox (finished_at) WHERE status = 'done';

@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/newsfeed/newsfeed/outbox"
+)
+
+// Follow is one edge of the social graph as listings show it.
+type Follow struct {
+	UserID int64     `json:"user_id"`
+	Since  time.Time `json:"since"`
+}
+
+// followSQL adds the edge, bumps the followee's follower count and writes
+// follow.created, all in one statement; an existing edge changes nothing.
+const followSQL = `
+WITH f AS (
+    INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2)
+    ON CONFLICT DO NOTHING
+    RETURNING follower_id, followee_id
+), c AS (
+    INSERT INTO follower_counts (user_id, followers) SELECT followee_id, 1 FROM f
+    ON CONFLICT (user_id) DO UPDATE SET followers = follower_counts.followers + 1
+), o AS (
+    INSERT INTO outbox (event_type, payload)
+    SELECT '` + outbox.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+)
+SELECT count(*) FROM f`
+
+// unfollowSQL is followSQL undone.
+const unfollowSQL = `
+WITH f AS (
+    DELETE FROM follows WHERE follower_id = $1 AND followee_id = $2
+    RETURNING follower_id, followee_id
+), c AS (
+    UPDATE follower_counts SET followers = followers - 1
+    WHERE user_id = (SELECT followee_id FROM f)
+), o AS (
+    INSERT INTO outbox (event_type, payload)
+    SELECT '` + outbox.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+)
+SELECT count(*) FROM f`
+
+// Follow makes follower follow followee. It reports whether the edge is new;
+// following twice is not an error.
+func (db *DB) Follow(ctx context.Context, follower, followee int64) (bool, error) {
+	if follower == followee {
+		return false, ErrSelfFollow
+	}
+	var n int
+	if err := db.primary.QueryRow(ctx, followSQL, follower, followee).Scan(&n); err != nil {
+		return false, fmt.Errorf("follow: %w", err)
+	}
+	return n == 1, nil
+}
+
+// Unfollow removes the edge. It reports whether there was one.
+func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (bool, error) {
+	var n int
+	if err := db.primary.QueryRow(ctx, unfollowSQL, follower, followee).Scan(&n); err != nil {
+		return false, fmt.Errorf("unfollow: %w", err)
+	}
+	return n == 1, nil
+}
+
+// IsFollowing reports whether follower follows followee.
+func (db *DB) IsFollowing(ctx context.Context, follower, followee int64) (bool, error) {
+	var ok bool
+	err := db.primary.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`,
+		follower, followee).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("is following: %w", err)
+	}
+	return ok, nil
+}
+
+// FollowCursor is a position in a newest-first follow listing.
+type FollowCursor struct {
+	Since  time.Time
+	UserID int64
+}
+
+// Followers lists who follows userID, newest first, after the cursor (nil for
+// the first page).
+func (db *DB) Followers(ctx context.Context, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+	return db.listFollows(ctx, `
+SELECT follower_id, created_at FROM follows
+WHERE followee_id = $1 AND ($2::timestamptz IS NULL OR (created_at, follower_id) < ($2, $3))
+ORDER BY created_at DESC, follower_id DESC LIMIT $4`, userID, after, limit)
+}
+
+// Following lists whom userID follows, newest first, after the cursor.
+func (db *DB) Following(ctx context.Context, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+	return db.listFollows(ctx, `
+SELECT followee_id, created_at FROM follows
+WHERE follower_id = $1 AND ($2::timestamptz IS NULL OR (created_at, followee_id) < ($2, $3))
+ORDER BY created_at DESC, followee_id DESC LIMIT $4`, userID, after, limit)
+}
+
+func (db *DB) listFollows(ctx context.Context, sql string, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+	var since *time.Time
+	var id int64
+	if after != nil {
+		since, id = &after.Since, after.UserID
+	}
+	rows, err := db.read.Query(ctx, sql, userID, since, id, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list follows: %w", err)
+	}
+	follows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Follow, error) {
+		var f Follow
+		err := row.Scan(&f.UserID, &f.Since)
+		f.Since = f.Since.UTC()
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list follows: %w", err)
+	}
+	return follows, nil
+}
+
+// FollowerIDs returns up to limit follower ids of authorID greater than after,
+// ascending: one keyset page of a fan-out, served by the primary key.
+func (db *DB) FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error) {
+	rows, err := db.read.Query(ctx, `
+SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id > $2
+ORDER BY follower_id LIMIT $3`, authorID, after, limit)
+	if err != nil {
+		return nil, fmt.Errorf("follower ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("follower ids: %w", err)
+	}
+	return ids, nil
+}
+
+// FollowerCount returns how many followers userID has, from the maintained count.
+func (db *DB) FollowerCount(ctx context.Context, userID int64) (int64, error) {
+	var n int64
+	err := db.primary.QueryRow(ctx,
+		`SELECT COALESCE((SELECT followers FROM follower_counts WHERE user_id = $1), 0)`, userID).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("follower count: %w", err)
+	}
+	return n, nil
+}

@@ -1,0 +1,177 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/outbox"
+)
+
+// createPostSQL writes the post and its post.created outbox row in one
+// statement, which PostgreSQL runs as one transaction: both or neither, in one
+// round trip. With an idempotency key that the author used before, the insert
+// does nothing and neither does the outbox insert.
+const createPostSQL = `
+WITH p AS (
+    INSERT INTO posts (author_id, body, idempotency_key)
+    VALUES ($1, $2, NULLIF($3, ''))
+    ON CONFLICT (author_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, author_id, body, created_at
+), o AS (
+    INSERT INTO outbox (event_type, payload, created_at)
+    SELECT '` + outbox.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at FROM p
+)
+SELECT id, author_id, body, created_at FROM p`
+
+// CreatePost stores a post and its delivery intent atomically. When key is not
+// empty and the author already created a post with it, that post is returned
+// with created false and nothing is written.
+func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) (post feed.Post, created bool, err error) {
+	post, err = scanPost(db.primary.QueryRow(ctx, createPostSQL, authorID, body, key))
+	if err == nil {
+		return post, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) || key == "" {
+		return feed.Post{}, false, fmt.Errorf("create post: %w", err)
+	}
+	// The key was used before: answer with the first post, deleted or not.
+	post, err = scanPost(db.primary.QueryRow(ctx,
+		`SELECT id, author_id, body, created_at FROM posts WHERE author_id = $1 AND idempotency_key = $2`,
+		authorID, key))
+	if err != nil {
+		return feed.Post{}, false, fmt.Errorf("create post: find by idempotency key: %w", err)
+	}
+	return post, false, nil
+}
+
+// Post returns a post that exists and is not deleted, or ErrNotFound.
+func (db *DB) Post(ctx context.Context, id int64) (feed.Post, error) {
+	post, err := scanPost(db.primary.QueryRow(ctx,
+		`SELECT id, author_id, body, created_at FROM posts WHERE id = $1 AND deleted_at IS NULL`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return feed.Post{}, ErrNotFound
+	}
+	if err != nil {
+		return feed.Post{}, fmt.Errorf("get post %d: %w", id, err)
+	}
+	return post, nil
+}
+
+// PostsByID returns the posts with the given ids that exist and are not
+// deleted, in no particular order.
+func (db *DB) PostsByID(ctx context.Context, ids []int64) ([]feed.Post, error) {
+	rows, err := db.primary.Query(ctx,
+		`SELECT id, author_id, body, created_at FROM posts WHERE id = ANY($1) AND deleted_at IS NULL`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("get posts by id: %w", err)
+	}
+	return collectPosts(rows)
+}
+
+// deletePostSQL marks the post deleted and writes post.deleted in the same
+// statement, only when the caller is the author and the post is not deleted yet.
+const deletePostSQL = `
+WITH p AS (
+    UPDATE posts SET deleted_at = now()
+    WHERE id = $1 AND author_id = $2 AND deleted_at IS NULL
+    RETURNING id, author_id
+), o AS (
+    INSERT INTO outbox (event_type, payload)
+    SELECT '` + outbox.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id) FROM p
+)
+SELECT count(*) FROM p`
+
+// DeletePost deletes the post id on behalf of authorID. It returns ErrNotFound
+// when the post does not exist or is already deleted, and ErrForbidden when
+// somebody else wrote it.
+func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
+	var n int
+	if err := db.primary.QueryRow(ctx, deletePostSQL, id, authorID).Scan(&n); err != nil {
+		return fmt.Errorf("delete post %d: %w", id, err)
+	}
+	if n == 1 {
+		return nil
+	}
+	var owner int64
+	err := db.primary.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1 AND deleted_at IS NULL`, id).Scan(&owner)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return ErrNotFound
+	case err != nil:
+		return fmt.Errorf("delete post %d: %w", id, err)
+	case owner != authorID:
+		return ErrForbidden
+	default: // deleted and recreated in between cannot happen; treat as gone
+		return ErrNotFound
+	}
+}
+
+// AuthorPosts returns up to limit of the author's posts with id < before,
+// newest first.
+func (db *DB) AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]feed.Post, error) {
+	rows, err := db.read.Query(ctx, `
+SELECT id, author_id, body, created_at FROM posts
+WHERE author_id = $1 AND id < $2 AND deleted_at IS NULL
+ORDER BY id DESC LIMIT $3`, authorID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("author posts: %w", err)
+	}
+	return collectPosts(rows)
+}
+
+// FolloweePosts returns up to limit posts with id < before written by the
+// people followerID follows, newest first: the truth that a home feed caches.
+// Each followee contributes at most limit posts through the (author_id, id)
+// index, so the cost grows with the number of followees, not of their posts.
+func (db *DB) FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]feed.Post, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT p.id, p.author_id, p.body, p.created_at
+FROM follows f
+CROSS JOIN LATERAL (
+    SELECT id, author_id, body, created_at FROM posts
+    WHERE author_id = f.followee_id AND id < $2 AND deleted_at IS NULL
+    ORDER BY id DESC LIMIT $3
+) p
+WHERE f.follower_id = $1
+ORDER BY p.id DESC LIMIT $3`, followerID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("followee posts: %w", err)
+	}
+	return collectPosts(rows)
+}
+
+// AuthorPostIDsSince returns the ids of the author's live posts with
+// id >= since, newest first, at most limit: what a follow or an unfollow must
+// add to or remove from one feed.
+func (db *DB) AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND deleted_at IS NULL
+ORDER BY id DESC LIMIT $3`, authorID, since, limit)
+	if err != nil {
+		return nil, fmt.Errorf("author post ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("author post ids: %w", err)
+	}
+	return ids, nil
+}
+
+func scanPost(row pgx.Row) (feed.Post, error) {
+	var p feed.Post
+	err := row.Scan(&p.ID, &p.AuthorID, &p.Body, &p.CreatedAt)
+	p.CreatedAt = p.CreatedAt.UTC()
+	return p, err
+}
+
+func collectPosts(rows pgx.Rows) ([]feed.Post, error) {
+	posts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (feed.Post, error) { return scanPost(row) })
+	if err != nil {
+		return nil, fmt.Errorf("read posts: %w", err)
+	}
+	return posts, nil
+}

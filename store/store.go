@@ -1,0 +1,152 @@
+// Package store is the PostgreSQL side of newsfeed: posts, follows and the
+// outbox, through pgx. It is an adapter: it implements the small interfaces
+// that the domain packages (feed, fanout, outbox) declare.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+var (
+	// ErrNotFound is returned when a post does not exist or was deleted.
+	ErrNotFound = errors.New("not found")
+	// ErrForbidden is returned when a user changes something that is not theirs.
+	ErrForbidden = errors.New("forbidden")
+	// ErrSelfFollow is returned when a user tries to follow themselves.
+	ErrSelfFollow = errors.New("cannot follow yourself")
+)
+
+// DB is the PostgreSQL store. Writes go to the primary; follower paging and
+// feed rebuilds may go to a read pool (a replica) when one is configured.
+type DB struct {
+	primary *pgxpool.Pool
+	read    *pgxpool.Pool
+}
+
+// New wraps pools that the caller owns. read may be nil to read from primary.
+func New(primary, read *pgxpool.Pool) *DB {
+	if read == nil {
+		read = primary
+	}
+	return &DB{primary: primary, read: read}
+}
+
+// Pool returns the primary pool.
+func (db *DB) Pool() *pgxpool.Pool { return db.primary }
+
+// Ping checks that the primary answers.
+func (db *DB) Ping(ctx context.Context) error { return db.primary.Ping(ctx) }
+
+// Connect opens a pool to url, retrying for up to wait while the server is
+// unreachable, so that a process started beside its database does not fail.
+func Connect(ctx context.Context, url string, maxConns int32, wait time.Duration) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	if maxConns > 0 {
+		cfg.MaxConns = maxConns
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	deadline := time.Now().Add(wait)
+	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err = pool.Ping(pingCtx)
+		cancel()
+		if err == nil {
+			return pool, nil
+		}
+		if isPermanent(err) || time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
+			pool.Close()
+			return nil, fmt.Errorf("connect to database: %w", err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+	}
+}
+
+// isPermanent tells errors that waiting will not fix (bad database name,
+// bad credentials) from a server that is not up yet.
+func isPermanent(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case "3D000", "28000", "28P01": // invalid_catalog_name, invalid_authorization, invalid_password
+			return true
+		}
+	}
+	return false
+}
+
+// IsDatabaseMissing reports whether err says the database does not exist.
+func IsDatabaseMissing(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "3D000"
+}
+
+// CreateDatabase creates the database named in url by connecting to the
+// "postgres" maintenance database of the same server. It is a no-op when the
+// database already exists.
+func CreateDatabase(ctx context.Context, url string) error {
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return fmt.Errorf("database url: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect to maintenance database: %w", err)
+	}
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") { // duplicate_database, or a concurrent create
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("create database %s: %w", name, err)
+	}
+	return nil
+}
+
+// migrateLockID is the advisory lock that serializes concurrent migrations.
+const migrateLockID = 0x6e6577736665 // "newsfe"
+
+// Migrate applies schema under an advisory lock. The schema is idempotent,
+// so running it again, or twice at once, is safe.
+func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockID); err != nil {
+		return fmt.Errorf("migrate: take lock: %w", err)
+	}
+	defer func() {
+		// Unlock on a fresh context: the lock must go even if ctx was cancelled.
+		unlockCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrateLockID); err != nil {
+			conn.Conn().Close(unlockCtx) // a closed session drops its locks
+		}
+	}()
+	// The simple protocol runs the multi-statement script in one implicit transaction.
+	if _, err := conn.Conn().PgConn().Exec(ctx, schema).ReadAll(); err != nil {
+		return fmt.Errorf("migrate: %w", err)
+	}
+	return nil
+}
