@@ -300,4 +300,3 @@ func postPaging(c echo.Context) (limit int, before int64, err error) {
 	}
 	return limit, before, nil
 }
-

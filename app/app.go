@@ -56,10 +56,10 @@ type System struct {
 	Feeds   *feed.Feeds
 	Queue   *queue.Queue
 
-	registry         *prometheus.Registry
-	fanoutMetrics    *fanout.Metrics
-	dispatchMetrics  *outbox.Metrics
-	closers          []func()
+	registry        *prometheus.Registry
+	fanoutMetrics   *fanout.Metrics
+	dispatchMetrics *outbox.Metrics
+	closers         []func()
 }
 
 // Open connects to PostgreSQL and Redis, retrying for database.connect_wait,
@@ -352,4 +352,3 @@ func NewLogger(cfg *Config) (*zap.Logger, error) {
 	zc.OutputPaths = []string{"stderr"}
 	return zc.Build()
 }
-

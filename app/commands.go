@@ -250,4 +250,3 @@ func outboxCommand(load loadFunc) *cobra.Command {
 	cmd.AddCommand(stats, retry)
 	return cmd
 }
-
