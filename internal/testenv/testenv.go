@@ -1,0 +1,283 @@
+// Package testenv gives each test its own PostgreSQL database (a copy of a
+// template with the schema applied) and its own Redis key prefix or database,
+// created on demand and removed in t.Cleanup, so that tests run in parallel
+// against the real servers and a failed run leaves nothing behind. Databases
+// that a killed run left are dropped by the next run after an hour.
+//
+// NEWSFEED_TEST_DATABASE_URL (default postgres://postgres@127.0.0.1:5432/postgres)
+// and NEWSFEED_TEST_REDIS_URL (default redis://127.0.0.1:6379/0) name the servers.
+package testenv
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/store"
+)
+
+const dbPrefix = "nf_test_"
+
+// DatabaseURL is the maintenance database tests connect to first.
+func DatabaseURL() string {
+	if u := os.Getenv("NEWSFEED_TEST_DATABASE_URL"); u != "" {
+		return u
+	}
+	return "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+}
+
+// RedisURL is the Redis tests use.
+func RedisURL() string {
+	if u := os.Getenv("NEWSFEED_TEST_REDIS_URL"); u != "" {
+		return u
+	}
+	return "redis://127.0.0.1:6379/0"
+}
+
+// Schema returns schema.sql from the repository root.
+func Schema(t testing.TB) string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "schema.sql"))
+	if err != nil {
+		t.Fatalf("read schema.sql: %v", err)
+	}
+	return string(b)
+}
+
+var (
+	templateOnce sync.Once
+	templateName string
+	templateErr  error
+)
+
+// template creates, once per schema version, a database with the schema
+// applied that every test database is copied from.
+func template(t testing.TB) string {
+	t.Helper()
+	schema := Schema(t)
+	templateOnce.Do(func() {
+		sum := sha256.Sum256([]byte(schema))
+		templateName = "nf_template_" + hex.EncodeToString(sum[:6])
+		templateErr = createTemplate(templateName, schema)
+	})
+	if templateErr != nil {
+		t.Fatalf("test database template: %v", templateErr)
+	}
+	return templateName
+}
+
+func createTemplate(name, schema string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		return fmt.Errorf("connect to %s (is PostgreSQL running? `make services`): %w", DatabaseURL(), err)
+	}
+	defer conn.Close(ctx)
+	// Test processes of several packages start at once: one creates the template.
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(4242)"); err != nil {
+		return err
+	}
+	defer conn.Exec(context.Background(), "SELECT pg_advisory_unlock(4242)") //nolint:errcheck
+	dropStale(ctx, conn)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists); err != nil {
+		return err
+	}
+	if exists {
+		return nil
+	}
+	build := name + "_build"
+	_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+build+" WITH (FORCE)")
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+build); err != nil {
+		return err
+	}
+	pool, err := pgxpool.New(ctx, withDatabase(DatabaseURL(), build))
+	if err != nil {
+		return err
+	}
+	err = store.Migrate(ctx, pool, schema)
+	pool.Close()
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, "ALTER DATABASE "+build+" RENAME TO "+name)
+	return err
+}
+
+// dropStale drops test databases older than an hour (a killed run's).
+func dropStale(ctx context.Context, conn *pgx.Conn) {
+	rows, err := conn.Query(ctx, "SELECT datname FROM pg_database WHERE datname LIKE $1", dbPrefix+"%")
+	if err != nil {
+		return
+	}
+	names, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+	for _, n := range names {
+		parts := strings.Split(strings.TrimPrefix(n, dbPrefix), "_")
+		created, err := strconv.ParseInt(parts[0], 10, 64)
+		if err == nil && time.Since(time.Unix(created, 0)) > time.Hour {
+			_, _ = conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{n}.Sanitize()+" WITH (FORCE)")
+		}
+	}
+}
+
+func withDatabase(dbURL, name string) string {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		panic(fmt.Sprintf("NEWSFEED_TEST_DATABASE_URL: %v", err))
+	}
+	u.Path = "/" + name
+	return u.String()
+}
+
+// NewDatabaseURL creates an empty-of-data database with the schema applied and
+// returns its URL; the database is dropped when the test ends.
+func NewDatabaseURL(t testing.TB) string {
+	t.Helper()
+	tmpl := template(t)
+	name := fmt.Sprintf("%s%d_%s", dbPrefix, time.Now().Unix(), randomHex(4))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, DatabaseURL())
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	defer conn.Close(ctx)
+	for attempt := 0; ; attempt++ {
+		_, err = conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
+		var pgErr *pgconn.PgError
+		// 55006: the template is in use by a concurrent copy; try again.
+		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 50 {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		break
+	}
+	if err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, DatabaseURL())
+		if err != nil {
+			t.Errorf("drop test database: %v", err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop test database: %v", err)
+		}
+	})
+	return withDatabase(DatabaseURL(), name)
+}
+
+// NewPool returns a pool on a new test database.
+func NewPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	return Pool(t, NewDatabaseURL(t))
+}
+
+// Pool opens a pool on url that closes when the test ends.
+func Pool(t testing.TB, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), url)
+	if err != nil {
+		t.Fatalf("open pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// NewRedis returns a client and a key prefix of the test's own; every key
+// under the prefix is deleted when the test ends.
+func NewRedis(t testing.TB) (*redis.Client, string) {
+	t.Helper()
+	opts, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("redis url: %v", err)
+	}
+	opts.PoolSize = 128
+	rdb := redis.NewClient(opts)
+	if err := rdb.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("connect to %s (is Redis running? `make services`): %v", RedisURL(), err)
+	}
+	prefix := "nftest:" + randomHex(6) + ":"
+	t.Cleanup(func() {
+		ctx := context.Background()
+		iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+		var keys []string
+		for iter.Next(ctx) {
+			keys = append(keys, iter.Val())
+		}
+		for start := 0; start < len(keys); start += 1000 {
+			rdb.Del(ctx, keys[start:min(start+1000, len(keys))]...)
+		}
+		_ = rdb.Close()
+	})
+	return rdb, prefix
+}
+
+// NewRedisDB reserves a whole Redis database (1–15) for a test that must
+// flush it, and returns its URL. It is flushed and released at the end.
+func NewRedisDB(t testing.TB) string {
+	t.Helper()
+	opts, err := redis.ParseURL(RedisURL())
+	if err != nil {
+		t.Fatalf("redis url: %v", err)
+	}
+	ctl := redis.NewClient(opts)
+	t.Cleanup(func() { _ = ctl.Close() })
+	ctx := context.Background()
+	deadline := time.Now().Add(2 * time.Minute)
+	for time.Now().Before(deadline) {
+		for db := 1; db <= 15; db++ {
+			lock := "nftest:dblock:" + strconv.Itoa(db)
+			ok, err := ctl.SetNX(ctx, lock, "1", 10*time.Minute).Result()
+			if err != nil {
+				t.Fatalf("reserve redis db: %v", err)
+			}
+			if !ok {
+				continue
+			}
+			o := *opts
+			o.DB = db
+			c := redis.NewClient(&o)
+			c.FlushDB(ctx)
+			t.Cleanup(func() {
+				c.FlushDB(context.Background())
+				_ = c.Close()
+				ctl.Del(context.Background(), lock)
+			})
+			host := opts.Addr
+			return fmt.Sprintf("redis://%s/%d", host, db)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatal("no free Redis database for the test")
+	return ""
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
