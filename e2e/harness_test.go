@@ -1,0 +1,385 @@
+// Package e2e drives the built newsfeed binary as child processes against the
+// real PostgreSQL and Redis, the way an operator runs it, and checks the
+// guarantees of API.md from outside: through the HTTP API, /metrics and the
+// database, never through log lines.
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "newsfeed-e2e")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	binary = filepath.Join(dir, "newsfeed")
+	build := exec.Command("go", "build", "-race", "-o", binary, "..")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build newsfeed:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const secret = "e2e-secret"
+
+// cluster is one deployment under test: its own database, its own Redis key
+// prefix (or database), and the processes started on it.
+type cluster struct {
+	t        *testing.T
+	dbURL    string
+	redisURL string
+	prefix   string
+	pool     *pgxpool.Pool
+	env      []string
+	mu       sync.Mutex
+	procs    []*proc
+}
+
+type clusterOption func(*cluster)
+
+// withOwnRedisDB gives the cluster a whole Redis database (for FLUSHDB tests).
+func withOwnRedisDB() clusterOption {
+	return func(c *cluster) { c.redisURL, c.prefix = testenv.NewRedisDB(c.t), "nf:" }
+}
+
+// withEnv adds configuration for every process of the cluster.
+func withEnv(kv ...string) clusterOption {
+	return func(c *cluster) { c.env = append(c.env, kv...) }
+}
+
+func newCluster(t *testing.T, opts ...clusterOption) *cluster {
+	t.Helper()
+	c := &cluster{t: t, dbURL: testenv.NewDatabaseURL(t)}
+	rdb, prefix := testenv.NewRedis(t)
+	c.redisURL = testenv.RedisURL()
+	c.prefix = prefix
+	_ = rdb
+	c.env = []string{
+		"NEWSFEED_AUTH_SECRET=" + secret,
+		"NEWSFEED_OUTBOX_POLL_INTERVAL=100ms",
+		"NEWSFEED_LOG_LEVEL=warn",
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	c.env = append(c.env,
+		"NEWSFEED_DATABASE_URL="+c.dbURL,
+		"NEWSFEED_REDIS_URL="+c.redisURL,
+		"NEWSFEED_REDIS_PREFIX="+c.prefix,
+	)
+	c.pool = testenv.Pool(t, c.dbURL)
+	t.Cleanup(func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, p := range c.procs {
+			p.kill()
+		}
+	})
+	return c
+}
+
+// proc is one running newsfeed process.
+type proc struct {
+	t           *testing.T
+	role        string
+	cmd         *exec.Cmd
+	httpAddr    string
+	metricsAddr string
+	stderr      *bytes.Buffer
+	done        chan struct{}
+	exitErr     error
+}
+
+// start runs `newsfeed <role> args...` and waits until it is healthy.
+func (c *cluster) start(role string, args ...string) *proc {
+	c.t.Helper()
+	p := &proc{t: c.t, role: role, metricsAddr: freeAddr(c.t), stderr: &bytes.Buffer{}, done: make(chan struct{})}
+	env := append(os.Environ(), c.env...)
+	env = append(env, "NEWSFEED_METRICS_ADDR="+p.metricsAddr)
+	if role == "serve" || role == "all" {
+		p.httpAddr = freeAddr(c.t)
+		env = append(env, "NEWSFEED_HTTP_ADDR="+p.httpAddr)
+	}
+	p.cmd = exec.Command(binary, append([]string{role}, args...)...)
+	p.cmd.Env = env
+	p.cmd.Dir = c.t.TempDir() // no config.yaml there: env and defaults only
+	p.cmd.Stderr = &lockedWriter{w: p.stderr}
+	require.NoError(c.t, p.cmd.Start())
+	go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
+	c.mu.Lock()
+	c.procs = append(c.procs, p)
+	c.mu.Unlock()
+	c.t.Cleanup(func() {
+		if c.t.Failed() {
+			c.t.Logf("stderr of %s (pid %d):\n%s", role, p.cmd.Process.Pid, p.output())
+		}
+	})
+	p.waitHealthy()
+	return p
+}
+
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) output() string { return p.stderr.String() }
+
+func (p *proc) waitHealthy() {
+	p.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		select {
+		case <-p.done:
+			p.t.Fatalf("%s exited early: %v\n%s", p.role, p.exitErr, p.output())
+		default:
+		}
+		resp, err := http.Get("http://" + p.metricsAddr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	p.t.Fatalf("%s did not become healthy\n%s", p.role, p.output())
+}
+
+// kill ends the process with SIGKILL: no chance to clean up.
+func (p *proc) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+}
+
+// stop sends SIGTERM and returns the exit code.
+func (p *proc) stop() int {
+	p.t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		p.kill()
+		p.t.Fatalf("%s did not stop within 60s of SIGTERM", p.role)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// metric reads one unlabelled sample from the process's /metrics.
+func (p *proc) metric(name string) float64 {
+	p.t.Helper()
+	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	require.NoError(p.t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(p.t, err)
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(p.t, err)
+			return f
+		}
+	}
+	p.t.Fatalf("metric %s not exported by %s", name, p.role)
+	return 0
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// client calls the API of one serve/all process as one user.
+type client struct {
+	t     *testing.T
+	base  string
+	token string
+	http  *http.Client
+}
+
+func (p *proc) client(userID int64) *client {
+	token, err := api.IssueToken([]byte(secret), userID, time.Hour)
+	require.NoError(p.t, err)
+	return &client{t: p.t, base: "http://" + p.httpAddr, token: token, http: &http.Client{Timeout: 30 * time.Second}}
+}
+
+func (c *client) do(method, path string, body any) (int, []byte) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(c.t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	require.NoError(c.t, err)
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	return resp.StatusCode, out
+}
+
+type post struct {
+	ID       int64  `json:"id"`
+	AuthorID int64  `json:"author_id"`
+	Body     string `json:"body"`
+}
+
+type postPage struct {
+	Items      []post  `json:"items"`
+	NextCursor *string `json:"next_cursor"`
+}
+
+func (c *client) post(body string) post {
+	c.t.Helper()
+	status, out := c.do("POST", "/v1/posts", map[string]string{"body": body})
+	require.Equal(c.t, http.StatusCreated, status, string(out))
+	var p post
+	require.NoError(c.t, json.Unmarshal(out, &p))
+	return p
+}
+
+func (c *client) follow(userID int64) {
+	c.t.Helper()
+	status, out := c.do("PUT", "/v1/following/"+strconv.FormatInt(userID, 10), nil)
+	require.Equal(c.t, http.StatusNoContent, status, string(out))
+}
+
+// feed reads the whole home feed, following cursors.
+func (c *client) feed() []post {
+	c.t.Helper()
+	var all []post
+	path := "/v1/feed?limit=100"
+	for {
+		status, out := c.do("GET", path, nil)
+		require.Equal(c.t, http.StatusOK, status, string(out))
+		var pg postPage
+		require.NoError(c.t, json.Unmarshal(out, &pg))
+		all = append(all, pg.Items...)
+		if pg.NextCursor == nil {
+			return all
+		}
+		path = "/v1/feed?limit=100&cursor=" + *pg.NextCursor
+	}
+}
+
+// firstPage reads the newest entries of the home feed.
+func (c *client) firstPage(limit int) []post {
+	c.t.Helper()
+	status, out := c.do("GET", "/v1/feed?limit="+strconv.Itoa(limit), nil)
+	require.Equal(c.t, http.StatusOK, status, string(out))
+	var pg postPage
+	require.NoError(c.t, json.Unmarshal(out, &pg))
+	return pg.Items
+}
+
+// seedFollowers makes users first..first+n-1 follow author, straight in
+// PostgreSQL (COPY), keeping the follower count right.
+func (c *cluster) seedFollowers(author, first int64, n int) []int64 {
+	c.t.Helper()
+	ctx := context.Background()
+	ids := make([]int64, n)
+	rows := make([][]any, n)
+	for i := range n {
+		ids[i] = first + int64(i)
+		rows[i] = []any{ids[i], author}
+	}
+	_, err := c.pool.CopyFrom(ctx, pgx.Identifier{"follows"}, []string{"follower_id", "followee_id"}, pgx.CopyFromRows(rows))
+	require.NoError(c.t, err)
+	_, err = c.pool.Exec(ctx, `INSERT INTO follower_counts (user_id, followers) VALUES ($1, $2)
+		ON CONFLICT (user_id) DO UPDATE SET followers = follower_counts.followers + $2`, author, n)
+	require.NoError(c.t, err)
+	return ids
+}
+
+// waitOutboxDrained waits until every outbox event is finished, and fails
+// if one is dead.
+func (c *cluster) waitOutboxDrained(timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var open, dead int
+		err := c.pool.QueryRow(context.Background(), `SELECT
+			count(*) FILTER (WHERE status IN ('pending','publishing','published')),
+			count(*) FILTER (WHERE status = 'dead') FROM outbox`).Scan(&open, &dead)
+		require.NoError(c.t, err)
+		require.Zero(c.t, dead, "dead outbox events")
+		if open == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("outbox not drained after %s: %d events open", timeout, open)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// parallel runs fn(i) for i in [0, n) on up to workers goroutines. The work
+// is queued up front, so a worker stopped by a failed require does not
+// block the others.
+func parallel(n, workers int, fn func(i int)) {
+	next := make(chan int, n)
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				fn(i)
+			}
+		}()
+	}
+	wg.Wait()
+}

@@ -1,0 +1,259 @@
+package store_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// The store starts goroutines (Listen); none may outlive the tests.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type testBundle struct {
+	pool *pgxpool.Pool
+}
+
+// setup returns a store on a database of the test's own.
+func setup(t *testing.T) (*store.DB, *testBundle) {
+	t.Helper()
+	pool := testenv.NewPool(t)
+	return store.New(pool, nil), &testBundle{pool: pool}
+}
+
+// outboxRow is an outbox row as the table holds it.
+type outboxRow struct {
+	ID          int64
+	Type        string
+	Payload     json.RawMessage
+	Status      string
+	Attempts    int
+	LastError   *string
+	DueIn       time.Duration // due_at - now(), on the database clock
+	CreatedAt   time.Time
+	PublishedAt *time.Time
+	FinishedAt  *time.Time
+}
+
+const outboxRowSQL = `
+SELECT id, event_type, payload, status, attempts, last_error,
+       extract(epoch FROM due_at - now())::float8, created_at, published_at, finished_at
+FROM outbox`
+
+func scanOutboxRow(row pgx.CollectableRow) (outboxRow, error) {
+	var r outboxRow
+	var dueIn float64
+	err := row.Scan(&r.ID, &r.Type, &r.Payload, &r.Status, &r.Attempts, &r.LastError,
+		&dueIn, &r.CreatedAt, &r.PublishedAt, &r.FinishedAt)
+	r.DueIn = time.Duration(dueIn * float64(time.Second))
+	return r, err
+}
+
+// outboxRows returns every outbox row, oldest first.
+func outboxRows(t *testing.T, pool *pgxpool.Pool) []outboxRow {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), outboxRowSQL+" ORDER BY id")
+	require.NoError(t, err)
+	out, err := pgx.CollectRows(rows, scanOutboxRow)
+	require.NoError(t, err)
+	return out
+}
+
+// getOutboxRow returns one outbox row.
+func getOutboxRow(t *testing.T, pool *pgxpool.Pool, id int64) outboxRow {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), outboxRowSQL+" WHERE id = $1", id)
+	require.NoError(t, err)
+	r, err := pgx.CollectExactlyOneRow(rows, scanOutboxRow)
+	require.NoError(t, err)
+	return r
+}
+
+// outboxRowsOfType returns the outbox rows of one event type, oldest first.
+func outboxRowsOfType(t *testing.T, pool *pgxpool.Pool, typ string) []outboxRow {
+	t.Helper()
+	var out []outboxRow
+	for _, r := range outboxRows(t, pool) {
+		if r.Type == typ {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// insertEvents writes n pending post.created rows directly and returns their ids.
+func insertEvents(t *testing.T, pool *pgxpool.Pool, n int) []int64 {
+	t.Helper()
+	rows, err := pool.Query(t.Context(), `
+INSERT INTO outbox (event_type, payload)
+SELECT 'post.created', jsonb_build_object('post_id', g, 'author_id', 1)
+FROM generate_series(1, $1) g
+ORDER BY g
+RETURNING id`, n)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Len(t, ids, n)
+	return ids
+}
+
+// exec runs SQL that arranges a test's preconditions.
+func exec(t *testing.T, pool *pgxpool.Pool, sql string, args ...any) {
+	t.Helper()
+	_, err := pool.Exec(t.Context(), sql, args...)
+	require.NoError(t, err)
+}
+
+func decodeJSON[T any](t *testing.T, raw []byte) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(raw, &v), "payload %s", raw)
+	return v
+}
+
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+
+	t.Run("RunsAgainOnAMigratedDatabaseAndKeepsData", func(t *testing.T) {
+		t.Parallel()
+		db, bundle := setup(t)
+		ctx := t.Context()
+		first, _, err := db.CreatePost(ctx, 1, "before migrate", "")
+		require.NoError(t, err)
+
+		require.NoError(t, store.Migrate(ctx, bundle.pool, testenv.Schema(t)))
+		require.NoError(t, store.Migrate(ctx, bundle.pool, testenv.Schema(t)))
+
+		got, err := db.Post(ctx, first.ID)
+		require.NoError(t, err)
+		require.Equal(t, "before migrate", got.Body)
+		require.Len(t, outboxRows(t, bundle.pool), 1)
+		// The id sequence was not reset.
+		second, _, err := db.CreatePost(ctx, 1, "after migrate", "")
+		require.NoError(t, err)
+		require.Greater(t, second.ID, first.ID)
+	})
+
+	t.Run("TwoConcurrentMigrationsOfAMigratedDatabaseBothSucceed", func(t *testing.T) {
+		t.Parallel()
+		url := testenv.NewDatabaseURL(t)
+		requireConcurrentMigrations(t, url)
+	})
+
+	t.Run("TwoConcurrentMigrationsOfAnEmptyDatabaseBothSucceed", func(t *testing.T) {
+		t.Parallel()
+		url := newEmptyDatabase(t)
+		requireConcurrentMigrations(t, url)
+
+		db := store.New(testenv.Pool(t, url), nil)
+		p, created, err := db.CreatePost(t.Context(), 7, "hello", "k")
+		require.NoError(t, err)
+		require.True(t, created)
+		require.Positive(t, p.ID)
+	})
+}
+
+// requireConcurrentMigrations runs two migrations at once, each on its own pool.
+func requireConcurrentMigrations(t *testing.T, url string) {
+	t.Helper()
+	schema := testenv.Schema(t)
+	pools := []*pgxpool.Pool{testenv.Pool(t, url), testenv.Pool(t, url)}
+	errs := make([]error, len(pools))
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i, pool := range pools {
+		wg.Go(func() {
+			<-start
+			errs[i] = store.Migrate(t.Context(), pool, schema)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "migration %d", i)
+	}
+	var tables int
+	require.NoError(t, pools[0].QueryRow(t.Context(), `
+SELECT count(*) FROM information_schema.tables
+WHERE table_schema = 'public' AND table_name IN ('posts', 'follows', 'follower_counts', 'outbox')`).Scan(&tables))
+	require.Equal(t, 4, tables)
+}
+
+// newEmptyDatabase creates a database without the schema, through
+// store.CreateDatabase, named so that testenv drops it if the run is killed.
+func newEmptyDatabase(t *testing.T) string {
+	t.Helper()
+	u, err := url.Parse(testenv.DatabaseURL())
+	require.NoError(t, err)
+	name := fmt.Sprintf("nf_test_%d_empty%d", time.Now().Unix(), time.Now().UnixNano()%1_000_000_000)
+	u.Path = "/" + name
+	dbURL := u.String()
+
+	require.NoError(t, store.CreateDatabase(t.Context(), dbURL))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, testenv.DatabaseURL())
+		if err != nil {
+			t.Errorf("drop %s: %v", name, err)
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Errorf("drop %s: %v", name, err)
+		}
+	})
+	// Creating it again is a no-op.
+	require.NoError(t, store.CreateDatabase(t.Context(), dbURL))
+
+	var tables int
+	pool := testenv.Pool(t, dbURL)
+	require.NoError(t, pool.QueryRow(t.Context(),
+		`SELECT count(*) FROM information_schema.tables WHERE table_schema = 'public'`).Scan(&tables))
+	require.Zero(t, tables, "the database is empty")
+	return dbURL
+}
+
+func TestNotifyWakesListener(t *testing.T) {
+	t.Parallel()
+	url := testenv.NewDatabaseURL(t)
+	pool := testenv.Pool(t, url)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	wake := store.Listen(ctx, url, zap.NewNop())
+	received := func() bool {
+		select {
+		case <-wake:
+			return true
+		default:
+			return false
+		}
+	}
+	// One signal once it listens: notifications may have been missed before.
+	require.Eventually(t, received, 10*time.Second, 5*time.Millisecond)
+	require.False(t, received(), "no signal without a notification")
+
+	n := store.NewNotifier(pool, zap.NewNop())
+	var wg sync.WaitGroup
+	wg.Go(func() { n.Run(ctx) })
+	n.Notify()
+	require.Eventually(t, received, 10*time.Second, 5*time.Millisecond)
+
+	cancel()
+	wg.Wait()
+}
