@@ -1,0 +1,362 @@
+package feed_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// countingStore is the real store, with FolloweePosts counted and, when
+// gate is set, held until the test opens it.
+type countingStore struct {
+	*store.DB
+	rebuilds atomic.Int32
+	gate     chan struct{}
+	entered  chan struct{}
+}
+
+func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]feed.Post, error) {
+	if before == math.MaxInt64 && limit == rebuildLimit { // a rebuild reads max_len from the top
+		s.rebuilds.Add(1)
+		if s.gate != nil {
+			s.entered <- struct{}{}
+			<-s.gate
+		}
+	}
+	return s.DB.FolloweePosts(ctx, follower, before, limit)
+}
+
+// rebuildLimit is max_len in the tests that count rebuilds: a rebuild reads
+// that many posts, a page read at most 101.
+const rebuildLimit = 800
+
+type bundle struct {
+	db     *store.DB
+	store  *countingStore
+	rdb    *redis.Client
+	prefix string
+	feeds  *feed.Feeds
+}
+
+func setup(t *testing.T, cfg feed.Config) *bundle {
+	t.Helper()
+	db := store.New(testenv.NewPool(t), nil)
+	rdb, prefix := testenv.NewRedis(t)
+	cs := &countingStore{DB: db}
+	cfg.Prefix = prefix
+	return &bundle{db: db, store: cs, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, cs, cfg)}
+}
+
+func (b *bundle) post(t *testing.T, author int64) int64 {
+	t.Helper()
+	p, _, err := b.db.CreatePost(context.Background(), author, "post by "+strconv.FormatInt(author, 10), "")
+	require.NoError(t, err)
+	return p.ID
+}
+
+func (b *bundle) follow(t *testing.T, follower, followee int64) {
+	t.Helper()
+	_, err := b.db.Follow(context.Background(), follower, followee)
+	require.NoError(t, err)
+}
+
+func (b *bundle) feedKey(user int64) string {
+	return b.prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+}
+
+// readAll pages through the whole feed with the given page size.
+func (b *bundle) readAll(t *testing.T, user int64, limit int) []int64 {
+	t.Helper()
+	var ids []int64
+	before := int64(0)
+	for range 1000 {
+		page, err := b.feeds.Read(context.Background(), user, before, limit)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page.Posts), limit)
+		for _, p := range page.Posts {
+			ids = append(ids, p.ID)
+		}
+		if page.Next == 0 {
+			return ids
+		}
+		before = page.Next
+	}
+	t.Fatal("feed never ended")
+	return nil
+}
+
+func reversed(ids []int64) []int64 {
+	out := make([]int64, len(ids))
+	for i, id := range ids {
+		out[len(ids)-1-i] = id
+	}
+	return out
+}
+
+func TestRead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("a feed never built is rebuilt from the followees' posts, newest first", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		b.follow(t, 10, 2)
+		var want []int64
+		for i := range 6 {
+			want = append(want, b.post(t, int64(i%2+1)))
+		}
+		b.post(t, 3) // not followed
+		require.Equal(t, reversed(want), b.readAll(t, 10, 20))
+		require.EqualValues(t, 1, b.store.rebuilds.Load())
+		// The next read is served by Redis.
+		require.Equal(t, reversed(want), b.readAll(t, 10, 20))
+		require.EqualValues(t, 1, b.store.rebuilds.Load())
+	})
+
+	t.Run("an empty feed is told apart from a missing one", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		require.Empty(t, b.readAll(t, 10, 20))
+		require.Empty(t, b.readAll(t, 10, 20))
+		require.EqualValues(t, 1, b.store.rebuilds.Load(), "the empty feed is not rebuilt again")
+	})
+
+	t.Run("pages go on past max_len through PostgreSQL without gaps or repeats", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{MaxLen: 5})
+		b.follow(t, 10, 1)
+		var want []int64
+		for range 13 {
+			want = append(want, b.post(t, 1))
+		}
+		require.Equal(t, reversed(want), b.readAll(t, 10, 4))
+		n, err := b.rdb.ZCard(ctx, b.feedKey(10)).Result()
+		require.NoError(t, err)
+		require.EqualValues(t, 5+1, n, "max_len entries and the marker")
+	})
+
+	t.Run("a cursor is stable when posts are created between pages", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		var want []int64
+		for range 5 {
+			want = append(want, b.post(t, 1))
+		}
+		page, err := b.feeds.Read(ctx, 10, 0, 2)
+		require.NoError(t, err)
+		newer := b.post(t, 1)
+		_, err = b.feeds.Push(ctx, newer, []int64{10})
+		require.NoError(t, err)
+		got := []int64{page.Posts[0].ID, page.Posts[1].ID}
+		for before := page.Next; before != 0; {
+			p, err := b.feeds.Read(ctx, 10, before, 2)
+			require.NoError(t, err)
+			for _, post := range p.Posts {
+				got = append(got, post.ID)
+			}
+			before = p.Next
+		}
+		require.Equal(t, reversed(want), got)
+	})
+
+	t.Run("deleted posts never show, and pages stay full around them", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		var ids []int64
+		for range 8 {
+			ids = append(ids, b.post(t, 1))
+		}
+		require.Len(t, b.readAll(t, 10, 20), 8) // built and cached
+		// Deleted as the API deletes: in PostgreSQL, then hidden in the cache.
+		for _, id := range ids[3:7] {
+			require.NoError(t, b.db.DeletePost(ctx, id, 1))
+			require.NoError(t, b.feeds.ForgetPost(ctx, id))
+		}
+		// Deleted while its cache entry was gone: PostgreSQL has the last word.
+		require.NoError(t, b.db.DeletePost(ctx, ids[1], 1))
+		require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(ids[1], 10)).Err())
+		page, err := b.feeds.Read(ctx, 10, 0, 3)
+		require.NoError(t, err)
+		require.Equal(t, []int64{ids[7], ids[2], ids[0]}, []int64{page.Posts[0].ID, page.Posts[1].ID, page.Posts[2].ID})
+		require.Zero(t, page.Next, "nothing after the last live post")
+		require.Equal(t, []int64{ids[7], ids[2], ids[0]}, b.readAll(t, 10, 2))
+	})
+
+	t.Run("concurrent reads of a missing feed rebuild it once", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		want := []int64{b.post(t, 1), b.post(t, 1)}
+		b.store.gate, b.store.entered = make(chan struct{}), make(chan struct{}, 16)
+		var wg sync.WaitGroup
+		results := make([][]int64, 8)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				page, err := b.feeds.Read(ctx, 10, 0, 20)
+				if err == nil {
+					for _, p := range page.Posts {
+						results[i] = append(results[i], p.ID)
+					}
+				}
+			}()
+		}
+		<-b.store.entered // one reader is rebuilding; the others wait for it
+		close(b.store.gate)
+		wg.Wait()
+		require.EqualValues(t, 1, b.store.rebuilds.Load())
+		for _, r := range results {
+			require.Equal(t, reversed(want), r)
+		}
+	})
+
+	t.Run("posts pushed during a rebuild are kept", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		older := b.post(t, 1)
+		b.store.gate, b.store.entered = make(chan struct{}), make(chan struct{}, 1)
+		done := make(chan []int64)
+		go func() {
+			page, _ := b.feeds.Read(ctx, 10, 0, 20)
+			var ids []int64
+			for _, p := range page.Posts {
+				ids = append(ids, p.ID)
+			}
+			done <- ids
+		}()
+		<-b.store.entered
+		// A post created and fanned out while the rebuild reads PostgreSQL:
+		// the rebuild's snapshot may miss it, the push must not.
+		newer := b.post(t, 1)
+		n, err := b.feeds.Push(ctx, newer, []int64{10})
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "the feed under rebuild accepts pushes")
+		close(b.store.gate)
+		require.Equal(t, []int64{newer, older}, <-done)
+	})
+
+	t.Run("a rebuild that died half-way is redone", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		id := b.post(t, 1)
+		// What a crashed rebuild leaves: the placeholder and no complete marker.
+		require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), redis.Z{Score: -1, Member: "-1"}).Err())
+		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
+		score, err := b.rdb.ZScore(ctx, b.feedKey(10), "0").Result()
+		require.NoError(t, err)
+		require.Zero(t, score)
+		require.ErrorIs(t, b.rdb.ZScore(ctx, b.feedKey(10), "-1").Err(), redis.Nil)
+	})
+
+	t.Run("a feed lost with Redis comes back on read", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		id := b.post(t, 1)
+		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
+		require.NoError(t, b.rdb.Del(ctx, b.feedKey(10), b.prefix+"post:"+strconv.FormatInt(id, 10)).Err())
+		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
+		require.EqualValues(t, 2, b.store.rebuilds.Load())
+	})
+}
+
+func TestPush(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("writes only feeds that exist, once per post", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		require.Empty(t, b.readAll(t, 10, 20)) // builds feed 10
+		id := b.post(t, 1)
+		n, err := b.feeds.Push(ctx, id, []int64{10, 11})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+		n, err = b.feeds.Push(ctx, id, []int64{10, 11})
+		require.NoError(t, err)
+		require.Zero(t, n, "a repeated push adds nothing")
+		exists, err := b.rdb.Exists(ctx, b.feedKey(11)).Result()
+		require.NoError(t, err)
+		require.Zero(t, exists, "no feed is created for a user who never read")
+		members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"0", strconv.FormatInt(id, 10)}, members)
+	})
+
+	t.Run("trims to max_len keeping the newest and the marker", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{MaxLen: 3})
+		require.Empty(t, b.readAll(t, 10, 20))
+		for id := int64(1); id <= 10; id++ {
+			_, err := b.feeds.Push(ctx, id, []int64{10})
+			require.NoError(t, err)
+		}
+		members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
+		require.NoError(t, err)
+		require.Equal(t, []string{"0", "8", "9", "10"}, members)
+	})
+
+	t.Run("scores are exact for the largest post id", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		require.Empty(t, b.readAll(t, 10, 20))
+		const maxID = 1<<53 - 1 // the schema caps the post id sequence here
+		_, err := b.feeds.Push(ctx, maxID, []int64{10})
+		require.NoError(t, err)
+		_, err = b.feeds.Push(ctx, maxID-1, []int64{10})
+		require.NoError(t, err)
+		members, err := b.rdb.ZRevRangeWithScores(ctx, b.feedKey(10), 0, 1).Result()
+		require.NoError(t, err)
+		require.Equal(t, strconv.FormatInt(maxID, 10), members[0].Member)
+		require.Equal(t, float64(maxID), members[0].Score)
+		require.Equal(t, float64(maxID-1), members[1].Score)
+	})
+
+	t.Run("survives Redis forgetting its scripts", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{})
+		require.Empty(t, b.readAll(t, 10, 20))
+		require.NoError(t, b.rdb.ScriptFlush(ctx).Err())
+		n, err := b.feeds.Push(ctx, 5, []int64{10})
+		require.NoError(t, err)
+		require.Equal(t, 1, n)
+	})
+}
+
+func TestFollowAndUnfollow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{Backfill: 2})
+	b.follow(t, 10, 1)
+	own := b.post(t, 1)
+	require.Equal(t, []int64{own}, b.readAll(t, 10, 20))
+
+	p1, p2, p3 := b.post(t, 2), b.post(t, 2), b.post(t, 2)
+	b.follow(t, 10, 2)
+	n, err := b.feeds.Followed(ctx, 10, 2)
+	require.NoError(t, err)
+	require.Equal(t, 2, n, "backfill merges the followee's newest posts, up to feed.backfill")
+	require.Equal(t, []int64{p3, p2, own}, b.readAll(t, 10, 20)[:3])
+	_ = p1
+
+	_, err = b.db.Unfollow(ctx, 10, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
+	require.Equal(t, []int64{own}, b.readAll(t, 10, 20))
+}
