@@ -24,6 +24,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
@@ -382,4 +383,105 @@ func parallel(n, workers int, fn func(i int)) {
 		}()
 	}
 	wg.Wait()
+}
+
+// redis returns a client on the cluster's Redis database.
+func (c *cluster) redis() *redis.Client {
+	c.t.Helper()
+	opts, err := redis.ParseURL(c.redisURL)
+	require.NoError(c.t, err)
+	opts.PoolSize = 32
+	rdb := redis.NewClient(opts)
+	c.t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
+
+func (c *cluster) feedKey(user int64) string {
+	return c.prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+}
+
+// markFeedsBuilt puts users in the state of readers whose (empty) feed is in
+// Redis — as after their first read — without 1 request per user. It writes
+// the feed's complete marker, the one internal detail these tests rely on.
+func (c *cluster) markFeedsBuilt(users []int64) {
+	c.t.Helper()
+	rdb := c.redis()
+	ctx := context.Background()
+	for start := 0; start < len(users); start += 1000 {
+		pipe := rdb.Pipeline()
+		for _, u := range users[start:min(start+1000, len(users))] {
+			pipe.ZAdd(ctx, c.feedKey(u), redis.Z{Score: 0, Member: "0"})
+		}
+		_, err := pipe.Exec(ctx)
+		require.NoError(c.t, err)
+	}
+}
+
+// feedCounts returns, for each user, how often postID is in their feed in
+// Redis (0 or 1: a sorted set cannot hold more) — checked over the API too.
+func (c *cluster) feedsHolding(users []int64, postID int64) int {
+	c.t.Helper()
+	rdb := c.redis()
+	ctx := context.Background()
+	n := 0
+	member := strconv.FormatInt(postID, 10)
+	for start := 0; start < len(users); start += 1000 {
+		pipe := rdb.Pipeline()
+		cmds := make([]*redis.FloatCmd, 0, 1000)
+		for _, u := range users[start:min(start+1000, len(users))] {
+			cmds = append(cmds, pipe.ZScore(ctx, c.feedKey(u), member))
+		}
+		_, _ = pipe.Exec(ctx)
+		for _, cmd := range cmds {
+			if cmd.Err() == nil {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// outboxStatus returns the status of one outbox row.
+func (c *cluster) outboxStatus(id int64) string {
+	c.t.Helper()
+	var status string
+	require.NoError(c.t, c.pool.QueryRow(context.Background(), "SELECT status FROM outbox WHERE id = $1", id).Scan(&status))
+	return status
+}
+
+// run runs a one-shot command (migrate, token, outbox …) and returns stdout.
+func (c *cluster) run(args ...string) (string, error) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Dir = c.t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if err != nil {
+		err = fmt.Errorf("%w: %s", err, stderr.String())
+	}
+	return stdout.String(), err
+}
+
+// tryPost creates a post with an Idempotency-Key and reports whether the
+// server accepted it (201 or 200); network errors and 5xx report false.
+func (c *client) tryPost(body, key string) (int64, bool) {
+	b, _ := json.Marshal(map[string]string{"body": body})
+	req, err := http.NewRequest("POST", c.base+"/v1/posts", bytes.NewReader(b))
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Idempotency-Key", key)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return 0, false
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
+		return 0, false
+	}
+	var p post
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+		return 0, false
+	}
+	return p.ID, true
 }
