@@ -91,6 +91,17 @@ type req struct {
 
 func (b *testBundle) do(t *testing.T, r req) response {
 	t.Helper()
+	if r.auth == "" && r.as != 0 {
+		r.auth = "Bearer " + b.token(t, r.as)
+	}
+	res, err := b.tryDo(r)
+	require.NoError(t, err)
+	return res
+}
+
+// tryDo is do for goroutines other than the test's: it reports errors
+// instead of failing the test. It does not sign tokens: set r.auth.
+func (b *testBundle) tryDo(r req) (response, error) {
 	var body io.Reader
 	if r.body != nil {
 		body = bytes.NewReader(r.body)
@@ -101,25 +112,28 @@ func (b *testBundle) do(t *testing.T, r req) response {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	hr, err := http.NewRequestWithContext(ctx, r.method, b.srv.URL+r.path, body)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	if r.body != nil {
 		hr.Header.Set("Content-Type", "application/json")
 	}
-	switch {
-	case r.auth != "":
+	if r.auth != "" {
 		hr.Header.Set("Authorization", r.auth)
-	case r.as != 0:
-		hr.Header.Set("Authorization", "Bearer "+b.token(t, r.as))
 	}
 	for k, v := range r.header {
 		hr.Header.Set(k, v)
 	}
 	res, err := b.srv.Client().Do(hr)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	defer res.Body.Close()
 	raw, err := io.ReadAll(res.Body)
-	require.NoError(t, err)
-	return response{status: res.StatusCode, header: res.Header, body: raw}
+	if err != nil {
+		return response{}, err
+	}
+	return response{status: res.StatusCode, header: res.Header, body: raw}, nil
 }
 
 // get, post, put and del are shorthands for requests made by user as.

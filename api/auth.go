@@ -29,12 +29,10 @@ func authenticate(secret []byte) echo.MiddlewareFunc {
 				return errUnauthenticated
 			}
 			var claims jwt.RegisteredClaims
-			if _, err := parser.ParseWithClaims(strings.TrimSpace(raw), &claims, keyFunc); err != nil {
+			_, err := parser.ParseWithClaims(strings.TrimSpace(raw), &claims, keyFunc)
+			id, subErr := parsePositive(claims.Subject)
+			if err != nil || subErr != nil {
 				c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="newsfeed", error="invalid_token"`)
-				return errUnauthenticated
-			}
-			id, err := parsePositive(claims.Subject)
-			if err != nil {
 				return errUnauthenticated
 			}
 			c.Set(userIDKey, id)

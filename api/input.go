@@ -47,8 +47,9 @@ func decodeJSON(c echo.Context, v any) error {
 	if len(raw) > MaxBodyBytes {
 		return errTooLarge
 	}
-	// encoding/json would silently replace invalid UTF-8 with U+FFFD.
-	if !utf8.Valid(raw) {
+	// encoding/json would silently replace invalid UTF-8, and escaped lone
+	// surrogates, with U+FFFD.
+	if !utf8.Valid(raw) || hasLoneSurrogate(raw) {
 		return errInvalidUTF8
 	}
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
@@ -63,6 +64,42 @@ func decodeJSON(c echo.Context, v any) error {
 		return invalidJSON("unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// hasLoneSurrogate reports whether raw JSON holds a \uD800–\uDFFF escape
+// that is not half of a surrogate pair: text that is not valid UTF-16, so
+// not valid Unicode either.
+func hasLoneSurrogate(raw []byte) bool {
+	for i := 0; i+6 <= len(raw); i++ {
+		if raw[i] != '\\' {
+			continue
+		}
+		if raw[i+1] != 'u' {
+			i++ // skip the escaped character, which may be a backslash
+			continue
+		}
+		r, ok := hex4(raw[i+2 : i+6])
+		switch {
+		case !ok || r < 0xD800 || r > 0xDFFF:
+		case r >= 0xDC00: // a low half with no high half before it
+			return true
+		default: // a high half must be followed by a low half
+			if i+12 > len(raw) || raw[i+6] != '\\' || raw[i+7] != 'u' {
+				return true
+			}
+			if low, ok := hex4(raw[i+8 : i+12]); !ok || low < 0xDC00 || low > 0xDFFF {
+				return true
+			}
+			i += 6
+		}
+		i += 5
+	}
+	return false
+}
+
+func hex4(b []byte) (rune, bool) {
+	n, err := strconv.ParseUint(string(b), 16, 32)
+	return rune(n), err == nil
 }
 
 func describeJSONError(err error) string {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,7 +85,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	e.Use(requestMetrics(cfg.Registerer), recoverPanics(cfg.Logger))
+	e.Use(requestMetrics(cfg.Registerer), recoverPanics(cfg.Logger), limitBody)
 	if cfg.Ops != nil {
 		ops := echo.WrapHandler(cfg.Ops)
 		e.GET("/metrics", ops)
@@ -116,6 +117,10 @@ type createPostRequest struct {
 }
 
 func (s *Server) createPost(c echo.Context) error {
+	key := c.Request().Header.Get("Idempotency-Key")
+	if utf8.RuneCountInString(key) > 255 {
+		return invalidArgument("Idempotency-Key is longer than 255 characters")
+	}
 	var req createPostRequest
 	if err := decodeJSON(c, &req); err != nil {
 		return err
@@ -123,10 +128,6 @@ func (s *Server) createPost(c echo.Context) error {
 	body, err := s.validBody(req.Body)
 	if err != nil {
 		return err
-	}
-	key := c.Request().Header.Get("Idempotency-Key")
-	if len(key) > 255 {
-		return invalidArgument("Idempotency-Key is longer than 255 characters")
 	}
 	post, created, err := s.posts.CreatePost(c.Request().Context(), userID(c), body, key)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -172,15 +171,21 @@ func connectRedis(ctx context.Context, cfg *Config) (redis.UniversalClient, erro
 	}
 }
 
-// Ready checks that PostgreSQL and Redis answer.
+var (
+	errPostgresDown = errors.New("PostgreSQL")
+	errRedisDown    = errors.New("Redis")
+)
+
+// Ready checks that PostgreSQL and Redis answer; the error names the one
+// that does not.
 func (s *System) Ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
-	if err := s.Primary.Ping(ctx); err != nil {
-		return fmt.Errorf("postgresql: %w", err)
+	if s.Primary.Ping(ctx) != nil {
+		return errPostgresDown
 	}
-	if err := s.Redis.Ping(ctx).Err(); err != nil {
-		return fmt.Errorf("redis: %w", err)
+	if s.Redis.Ping(ctx).Err() != nil {
+		return errRedisDown
 	}
 	return nil
 }
@@ -194,8 +199,9 @@ func (s *System) opsHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if err := s.Ready(r.Context()); err != nil {
+			s.Log.Warn("not ready", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable,
-				`{"error":{"code":"unavailable","message":"`+jsonEscape(err.Error())+`"}}`)
+				`{"error":{"code":"unavailable","message":"`+err.Error()+` is unreachable"}}`)
 			return
 		}
 		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
@@ -214,10 +220,6 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_, _ = w.Write([]byte(body + "\n"))
-}
-
-func jsonEscape(s string) string {
-	return strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", " ").Replace(s)
 }
 
 // Run runs the roles until ctx ends, then stops them gracefully within
