@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -55,6 +56,18 @@ func decodeJSON(c echo.Context, v any) error {
 	if t := bytes.TrimSpace(raw); len(t) == 0 || t[0] != '{' {
 		return invalidJSON("request body must be a JSON object")
 	}
+	// encoding/json matches field names without regard to case: {"Body": …}
+	// would pass for {"body": …}. Names must match exactly.
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &fields); err != nil {
+		return invalidJSON(describeJSONError(err))
+	}
+	known := jsonFieldNames(v)
+	for name := range fields {
+		if !known[name] {
+			return invalidJSON("unknown field " + strconv.Quote(name))
+		}
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
@@ -102,6 +115,20 @@ func hex4(b []byte) (rune, bool) {
 	return rune(n), err == nil
 }
 
+// jsonFieldNames returns the JSON names of the fields of the struct v points to.
+func jsonFieldNames(v any) map[string]bool {
+	t := reflect.TypeOf(v).Elem()
+	names := make(map[string]bool, t.NumField())
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name == "" {
+			name = t.Field(i).Name
+		}
+		names[name] = true
+	}
+	return names
+}
+
 func describeJSONError(err error) string {
 	var typeErr *json.UnmarshalTypeError
 	if errors.As(err, &typeErr) && typeErr.Field != "" {
@@ -130,6 +157,9 @@ func (s *Server) validBody(body *string) (string, error) {
 // pathID parses a path parameter that must be a positive int64.
 func pathID(c echo.Context, name string) (int64, error) {
 	raw := c.Param(name)
+	if strings.Contains(raw, "/") { // echo lets the last parameter swallow deeper paths
+		return 0, echo.ErrNotFound
+	}
 	id, err := parsePositive(raw)
 	if err != nil {
 		return 0, invalidArgument(name + " must be a positive 64-bit integer, got " + strconv.Quote(raw))
@@ -162,6 +192,9 @@ func queryLimit(c echo.Context) (int, error) {
 }
 
 var errBadCursor = invalidArgument("cursor is not one this API gave out")
+
+// maxCursorMicros is 9999-12-31T23:59:59.999999Z in Unix microseconds.
+const maxCursorMicros = 253402300799999999
 
 // Cursors are opaque to clients: base64url of a tagged position. A post
 // cursor names the last post id returned; ids grow with time, so posts
@@ -207,7 +240,8 @@ func decodeFollowCursor(s string) (*store.FollowCursor, error) {
 	}
 	us, err1 := strconv.ParseInt(micros, 10, 64)
 	uid, err2 := parsePositive(id)
-	if err1 != nil || err2 != nil {
+	// Follows are made "now": a time outside 1970–9999 was not handed out.
+	if err1 != nil || err2 != nil || us < 0 || us > maxCursorMicros {
 		return nil, errBadCursor
 	}
 	return &store.FollowCursor{Since: time.UnixMicro(us).UTC(), UserID: uid}, nil

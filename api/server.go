@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -93,16 +94,18 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 		e.GET("/readyz", ops)
 	}
 
-	v1 := e.Group("/v1", authenticate(cfg.Secret))
-	v1.POST("/posts", s.createPost)
-	v1.GET("/posts/:id", s.getPost)
-	v1.DELETE("/posts/:id", s.deletePost)
-	v1.PUT("/following/:user_id", s.follow)
-	v1.DELETE("/following/:user_id", s.unfollow)
-	v1.GET("/users/:id/followers", s.followers)
-	v1.GET("/users/:id/following", s.following)
-	v1.GET("/users/:id/posts", s.userPosts)
-	v1.GET("/feed", s.homeFeed)
+	// Authentication is per route, not on the group: a group middleware makes
+	// echo add catch-all routes that would answer 404 for a wrong method.
+	auth := authenticate(cfg.Secret)
+	e.POST("/v1/posts", s.createPost, auth)
+	e.GET("/v1/posts/:id", s.getPost, auth)
+	e.DELETE("/v1/posts/:id", s.deletePost, auth)
+	e.PUT("/v1/following/:user_id", s.follow, auth)
+	e.DELETE("/v1/following/:user_id", s.unfollow, auth)
+	e.GET("/v1/users/:id/followers", s.followers, auth)
+	e.GET("/v1/users/:id/following", s.following, auth)
+	e.GET("/v1/users/:id/posts", s.userPosts, auth)
+	e.GET("/v1/feed", s.homeFeed, auth)
 	return e
 }
 
@@ -118,8 +121,11 @@ type createPostRequest struct {
 
 func (s *Server) createPost(c echo.Context) error {
 	key := c.Request().Header.Get("Idempotency-Key")
-	if utf8.RuneCountInString(key) > 255 {
+	switch {
+	case utf8.RuneCountInString(key) > 255:
 		return invalidArgument("Idempotency-Key is longer than 255 characters")
+	case !utf8.ValidString(key) || strings.ContainsRune(key, 0):
+		return invalidArgument("Idempotency-Key must be UTF-8 text without NUL")
 	}
 	var req createPostRequest
 	if err := decodeJSON(c, &req); err != nil {
@@ -204,12 +210,14 @@ func (s *Server) unfollow(c echo.Context) error {
 	}
 	if removed {
 		s.cfg.OutboxWrittenFunc()
-		// The followee's posts leave the feed before this answers. If that
-		// fails, drop the feed: the next read rebuilds it from PostgreSQL.
-		if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
-			if err := s.feeds.Drop(ctx, me); err != nil {
-				return fmt.Errorf("unfollow: clean feed: %w", err)
-			}
+	}
+	// The followee's posts leave the feed before this answers — also when
+	// the edge was gone already, so that a retry after a failed clean-up
+	// cleans. If it fails, drop the feed: the next read rebuilds it from
+	// PostgreSQL; if that fails too, Redis is down and the client retries.
+	if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
+		if err := s.feeds.Drop(ctx, me); err != nil {
+			return fmt.Errorf("unfollow: clean feed: %w", err)
 		}
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -113,6 +113,8 @@ func TestCreatePostBadInput(t *testing.T) {
 		// 400 invalid_argument.
 		{name: "Idempotency-Key of 256 characters", body: []byte(`{"body": "x"}`),
 			header: map[string]string{"Idempotency-Key": strings.Repeat("k", 256)}, want: []apiErr{errInvalidArgument}},
+		{name: "Idempotency-Key of 256 two-byte characters", body: []byte(`{"body": "x"}`),
+			header: map[string]string{"Idempotency-Key": strings.Repeat("é", 256)}, want: []apiErr{errInvalidArgument}},
 		{name: "Idempotency-Key of 10000 characters", body: []byte(`{"body": "x"}`),
 			header: map[string]string{"Idempotency-Key": strings.Repeat("k", 10000)}, want: []apiErr{errInvalidArgument}},
 		// Bytes PostgreSQL cannot store as text: the client's fault, not a 5xx.
@@ -156,6 +158,8 @@ func TestCreatePostLimitsAccepted(t *testing.T) {
 		{name: "one visible character among spaces", body: []byte(`{"body": "  x  "}`)},
 		{name: "Idempotency-Key of 255 characters", body: []byte(`{"body": "k"}`),
 			header: map[string]string{"Idempotency-Key": strings.Repeat("k", 255)}, wantBody: "k"},
+		{name: "Idempotency-Key of 255 two-byte characters", body: []byte(`{"body": "é"}`),
+			header: map[string]string{"Idempotency-Key": strings.Repeat("é", 255)}, wantBody: "é"},
 	} {
 		author := int64(i + 1)
 		t.Run(tc.name, func(t *testing.T) {

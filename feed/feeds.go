@@ -97,13 +97,15 @@ func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int,
 }
 
 // Merge adds posts to the feed of userID, if the feed exists, and trims it.
-// It returns how many were new.
-func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64) (int, error) {
+// When floor > 0 the merged posts are not known to be complete below floor,
+// so the feed's entries older than floor are dropped (reads go on in
+// PostgreSQL there). It returns how many were new.
+func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64, floor int64) (int, error) {
 	if len(postIDs) == 0 {
 		return 0, nil
 	}
-	args := make([]any, 0, len(postIDs)+1)
-	args = append(args, f.cfg.MaxLen)
+	args := make([]any, 0, len(postIDs)+2)
+	args = append(args, f.cfg.MaxLen, floor)
 	for _, id := range postIDs {
 		args = append(args, id)
 	}
@@ -124,7 +126,11 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 	if err != nil {
 		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
 	}
-	return f.Merge(ctx, follower, ids)
+	floor := int64(0)
+	if len(ids) == f.cfg.Backfill { // the followee may have older posts
+		floor = ids[len(ids)-1]
+	}
+	return f.Merge(ctx, follower, ids, floor)
 }
 
 // Unfollowed removes followee's posts from the feed of follower without

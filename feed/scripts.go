@@ -12,12 +12,19 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[2]) + 1))
 return added
 `)
 
-// mergeScript adds several posts (ARGV[2..]) to one feed if it exists, then
-// trims to ARGV[1]. It returns how many it added, or -1 when there is no feed.
+// mergeScript adds several posts (ARGV[3..]) to one feed if it exists, then
+// trims to ARGV[1] entries. When ARGV[2] is not 0, entries older than it are
+// removed first: the merged posts may not be all the author's posts down to
+// the feed's oldest entry, and a feed must hold every post down to its
+// oldest, or reads would skip the missing ones (older pages come from
+// PostgreSQL instead). It returns how many it added, or -1 when there is no feed.
 var mergeScript = redis.NewScript(`
 if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if ARGV[2] ~= '0' then
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], 1, '(' .. ARGV[2])
+end
 local added = 0
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   added = added + redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
 end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[1]) + 1))

@@ -79,13 +79,19 @@ func (q *Queue) Publish(ctx context.Context, events []outbox.Event) []error {
 }
 
 // Read takes up to count new tickets for consumer, waiting up to block for
-// the first. It returns no tickets and no error when none came.
+// the first (not at all when block <= 0). It returns no tickets and no error
+// when none came.
 func (q *Queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]Ticket, error) {
+	if block <= 0 {
+		block = -1 // no BLOCK argument: BLOCK 0 would wait forever
+	}
 	args := &redis.XReadGroupArgs{
 		Group: q.group, Consumer: consumer, Streams: []string{q.stream, ">"}, Count: int64(count), Block: block,
 	}
 	streams, err := q.rdb.XReadGroup(ctx, args).Result()
-	if isNoGroup(err) { // Redis lost the stream (restart, flush): make it again
+	// Redis lost the stream (restart, flush): NOGROUP, or UNBLOCKED for a read
+	// that was waiting when the key went. Make the group again and read on.
+	if isNoGroup(err) || (err != nil && strings.HasPrefix(err.Error(), "UNBLOCKED")) {
 		if err = q.EnsureGroup(ctx); err == nil {
 			streams, err = q.rdb.XReadGroup(ctx, args).Result()
 		}

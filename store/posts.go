@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/jackc/pgx/v5"
 
@@ -110,9 +111,12 @@ func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
 	}
 }
 
-// AuthorPosts returns up to limit of the author's posts with id < before,
-// newest first.
+// AuthorPosts returns up to limit of the author's posts with id < before
+// (before <= 0: from the newest), newest first.
 func (db *DB) AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]feed.Post, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
 	rows, err := db.read.Query(ctx, `
 SELECT id, author_id, body, created_at FROM posts
 WHERE author_id = $1 AND id < $2 AND deleted_at IS NULL
