@@ -56,13 +56,24 @@ CREATE TABLE IF NOT EXISTS outbox (
     payload      jsonb       NOT NULL,
     status       text        NOT NULL DEFAULT 'pending'
                  CHECK (status IN ('pending', 'publishing', 'published', 'done', 'dead')),
+    -- attempts counts claims (publications); failures counts failed
+    -- attempts, and only failures decide when a row is dead: a ticket lost
+    -- with Redis and published again has not failed.
     attempts     integer     NOT NULL DEFAULT 0,
+    failures     integer     NOT NULL DEFAULT 0,
     due_at       timestamptz NOT NULL DEFAULT now(),
+    -- The stream entry id of the last publication: a row due again whose
+    -- ticket is still in the stream (workers slow or down) is not published twice.
+    ticket       text,
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz,
     finished_at  timestamptz
 );
+-- Upgrades of databases created by earlier versions of this file.
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
+
 -- The claim query reads only rows that still need a dispatcher: this partial
 -- index stays small however many finished rows wait for the cleaner.
 CREATE INDEX IF NOT EXISTS outbox_due_idx ON outbox (due_at, id)

@@ -28,6 +28,10 @@ import (
 type Graph interface {
 	// FollowerIDs returns up to limit follower ids of authorID above after, ascending.
 	FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error)
+	// IsFollowing reports whether follower follows followee now.
+	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
+	// PostStatus tells whether a post exists, its author and whether it is deleted.
+	PostStatus(ctx context.Context, postID int64) (authorID int64, deleted, found bool, err error)
 }
 
 // Feeds is what the worker writes.
@@ -269,7 +273,7 @@ func (w *Worker) process(ctx context.Context, t queue.Ticket) {
 		w.bury(ctx, log, t, err.Error())
 	default:
 		w.metrics.tickets.WithLabelValues(t.Type, "failed").Inc()
-		dead, ferr := w.outbox.Fail(ctx, t.ID, w.cfg.MaxAttempts, w.cfg.Backoff.Delay(t.Attempt), err.Error())
+		dead, ferr := w.outbox.Fail(ctx, t.ID, w.cfg.MaxAttempts, w.cfg.Backoff.Delay(t.Failures+1), err.Error())
 		if ferr != nil {
 			log.Warn("fan-out failed and cannot be rescheduled; the ticket will be redelivered",
 				zap.Error(err), zap.NamedError("outbox_error", ferr))
@@ -392,6 +396,19 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([
 }
 
 func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
+	author, deleted, found, err := w.graph.PostStatus(ctx, p.PostID)
+	switch {
+	case err != nil:
+		return err
+	case !found:
+		// Not a permanent error: a replica may lag, or an operator may
+		// restore the post; retried with backoff, then dead.
+		return fmt.Errorf("post %d does not exist", p.PostID)
+	case author != p.AuthorID:
+		return permanent("post %d is by user %d, not %d", p.PostID, author, p.AuthorID)
+	case deleted:
+		return nil // nothing to deliver; post.deleted cleans what was
+	}
 	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
 		added, err := w.feeds.Push(ctx, p.PostID, followers)
 		w.metrics.entries.Add(float64(added))
@@ -408,14 +425,34 @@ func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 	})
 }
 
+// backfill and unfill apply the follow state as it is now, not as the event
+// says, so that events handled late, twice or out of order (an unfollow
+// before its follow) cannot leave an unfollowed author in a feed. Each checks
+// the state after writing: a change committed later runs its own clean-up
+// (in the API and in its event) after this write, so nothing slips between.
 func (w *Worker) backfill(ctx context.Context, p outbox.FollowPayload) error {
 	added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
+	if err != nil {
+		return err
+	}
 	w.metrics.entries.Add(float64(added))
-	return err
+	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
+	if err != nil || following {
+		return err
+	}
+	return w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
 }
 
 func (w *Worker) unfill(ctx context.Context, p outbox.FollowPayload) error {
-	return w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
+	if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
+		return err
+	}
+	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
+	if err != nil || !following {
+		return err
+	}
+	_, err = w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
+	return err
 }
 
 func sleep(ctx context.Context, d time.Duration) {

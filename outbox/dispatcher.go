@@ -19,10 +19,11 @@ import (
 type Store interface {
 	// Claim leases up to limit due rows for lease and counts an attempt on each.
 	Claim(ctx context.Context, limit int, lease time.Duration) ([]Event, error)
-	// MarkPublished records that the queue accepted the rows; they are due
-	// again after redeliverAfter unless a worker finishes them first.
-	MarkPublished(ctx context.Context, ids []int64, redeliverAfter time.Duration) error
-	// Fail records a failed attempt and reports whether the row is now dead.
+	// MarkPublished records that the queue holds tickets[i] for row ids[i];
+	// they are due again after redeliverAfter unless a worker finishes them.
+	MarkPublished(ctx context.Context, ids []int64, tickets []string, redeliverAfter time.Duration) error
+	// Fail records a failed attempt and reports whether the row is now dead
+	// (its maxAttempts-th failure).
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
 	// DeleteFinished deletes up to limit rows finished more than olderThan ago.
 	DeleteFinished(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
@@ -30,8 +31,12 @@ type Store interface {
 
 // Publisher puts events in the queue.
 type Publisher interface {
-	// Publish returns one error per event, nil where the queue accepted it.
-	Publish(ctx context.Context, events []Event) []error
+	// Publish returns, per event, the ticket id the queue gave it or the
+	// error it gave instead.
+	Publish(ctx context.Context, events []Event) (tickets []string, errs []error)
+	// Holds reports, per ticket id, whether the queue still holds the ticket
+	// (waiting or in progress).
+	Holds(ctx context.Context, tickets []string) ([]bool, error)
 }
 
 // Config configures a Dispatcher. Zero fields take the defaults named.
@@ -179,12 +184,17 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	if err != nil || len(events) == 0 {
 		return 0, err
 	}
-	errs := d.pub.Publish(ctx, events)
-	published := make([]int64, 0, len(events))
+	claimed := len(events)
+	// Rows due again after a publication: their ticket may still wait in the
+	// queue (workers slow or down) and need no second one.
+	var ids []int64
+	var tickets []string
+	events, ids, tickets = d.stillQueued(ctx, events)
+	published, errs := d.pub.Publish(ctx, events)
 	var failures []error
 	for i, e := range events {
 		if errs[i] == nil {
-			published = append(published, e.ID)
+			ids, tickets = append(ids, e.ID), append(tickets, published[i])
 			continue
 		}
 		d.metrics.failed.Inc()
@@ -193,24 +203,61 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		}
 		failures = append(failures, fmt.Errorf("publish outbox row %d: %w", e.ID, errs[i]))
 	}
-	if len(published) > 0 {
+	if len(ids) > 0 {
 		// If this fails the lease runs out, the rows are published again and
 		// workers, being idempotent, do the fan-out a second time harmlessly.
-		if err := d.store.MarkPublished(ctx, published, d.cfg.RedeliverAfter); err != nil {
+		if err := d.store.MarkPublished(ctx, ids, tickets, d.cfg.RedeliverAfter); err != nil {
 			failures = append(failures, err)
 		} else {
-			d.metrics.published.Add(float64(len(published)))
+			d.metrics.published.Add(float64(len(ids)))
 		}
 	}
-	return len(events), errors.Join(failures...)
+	return claimed, errors.Join(failures...)
+}
+
+// stillQueued splits off the events whose last ticket the queue still holds,
+// returning the others and the ids and tickets of those it split off. When
+// the queue cannot tell, every event is published again: a duplicate ticket
+// is harmless, a lost one is not.
+func (d *Dispatcher) stillQueued(ctx context.Context, events []Event) (rest []Event, ids []int64, tickets []string) {
+	var old []Event
+	for _, e := range events {
+		if e.Ticket != "" {
+			old = append(old, e)
+		}
+	}
+	if len(old) == 0 {
+		return events, nil, nil
+	}
+	oldTickets := make([]string, len(old))
+	for i, e := range old {
+		oldTickets[i] = e.Ticket
+	}
+	held, err := d.pub.Holds(ctx, oldTickets)
+	if err != nil {
+		d.log.Warn("cannot check queued tickets; publishing again", zap.Error(err))
+		return events, nil, nil
+	}
+	heldByID := make(map[int64]bool, len(old))
+	for i, e := range old {
+		heldByID[e.ID] = held[i]
+	}
+	for _, e := range events {
+		if heldByID[e.ID] {
+			ids, tickets = append(ids, e.ID), append(tickets, e.Ticket)
+		} else {
+			rest = append(rest, e)
+		}
+	}
+	return rest, ids, tickets
 }
 
 func (d *Dispatcher) fail(ctx context.Context, e Event, cause string) error {
-	dead, err := d.store.Fail(ctx, e.ID, d.cfg.MaxAttempts, d.cfg.Backoff.Delay(e.Attempt), cause)
+	dead, err := d.store.Fail(ctx, e.ID, d.cfg.MaxAttempts, d.cfg.Backoff.Delay(e.Failures+1), cause)
 	if dead {
 		d.metrics.dead.Inc()
 		d.log.Error("outbox event is dead", zap.Int64("outbox_id", e.ID), zap.String("type", e.Type),
-			zap.Int("attempts", e.Attempt), zap.String("cause", cause))
+			zap.Int("failures", e.Failures+1), zap.String("cause", cause))
 	}
 	return err
 }
@@ -243,9 +290,9 @@ type Backoff struct {
 // DefaultBackoff waits 1s, 16s, 81s, … up to an hour.
 var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour}
 
-// Delay returns how long to wait after the given failed attempt (1-based).
-func (b Backoff) Delay(attempt int) time.Duration {
-	a := float64(max(attempt, 1))
+// Delay returns how long to wait after the n-th failure (1-based).
+func (b Backoff) Delay(n int) time.Duration {
+	a := float64(max(n, 1))
 	d := float64(b.Base) * a * a * a * a
 	if d > float64(b.Max) {
 		d = float64(b.Max)

@@ -23,6 +23,10 @@ type Event struct {
 	Payload json.RawMessage
 	// Attempt counts claims of this row, this one included (1 on the first).
 	Attempt int
+	// Failures counts the failed attempts before this one.
+	Failures int
+	// Ticket is the queue entry of the row's last publication, if any.
+	Ticket string
 	// CreatedAt is when the change committed; delivery latency starts here.
 	CreatedAt time.Time
 }

@@ -56,9 +56,10 @@ func (q *Queue) EnsureGroup(ctx context.Context) error {
 	return nil
 }
 
-// Publish appends one ticket per event in one round trip and returns one
-// error per event: nil where Redis accepted it.
-func (q *Queue) Publish(ctx context.Context, events []outbox.Event) []error {
+// Publish appends one ticket per event in one round trip and returns, per
+// event, the ticket's id or the error Redis gave.
+func (q *Queue) Publish(ctx context.Context, events []outbox.Event) ([]string, []error) {
+	ids := make([]string, len(events))
 	errs := make([]error, len(events))
 	cmds := make([]*redis.StringCmd, len(events))
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -69,13 +70,35 @@ func (q *Queue) Publish(ctx context.Context, events []outbox.Event) []error {
 	})
 	for i, cmd := range cmds {
 		switch {
-		case cmd != nil && cmd.Err() != nil:
-			errs[i] = cmd.Err()
-		case cmd == nil && err != nil:
+		case cmd == nil:
 			errs[i] = err
+		case cmd.Err() != nil:
+			errs[i] = cmd.Err()
+		default:
+			ids[i] = cmd.Val()
 		}
 	}
-	return errs
+	return ids, errs
+}
+
+// Holds reports, per ticket id, whether the stream still holds the ticket:
+// waiting for a worker or in progress (acknowledged tickets are deleted).
+func (q *Queue) Holds(ctx context.Context, ticketIDs []string) ([]bool, error) {
+	cmds := make([]*redis.XMessageSliceCmd, len(ticketIDs))
+	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ticketIDs {
+			cmds[i] = p.XRangeN(ctx, q.stream, id, id, 1)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("look up tickets: %w", err)
+	}
+	held := make([]bool, len(ticketIDs))
+	for i, c := range cmds {
+		held[i] = len(c.Val()) > 0
+	}
+	return held, nil
 }
 
 // Read takes up to count new tickets for consumer, waiting up to block for
@@ -206,6 +229,7 @@ func encode(e outbox.Event) []any {
 		"id", e.ID,
 		"type", e.Type,
 		"attempt", e.Attempt,
+		"failures", e.Failures,
 		"created", e.CreatedAt.UnixMicro(),
 		"payload", string(e.Payload),
 	}
@@ -223,6 +247,7 @@ func decode(m redis.XMessage, deliveries int64) Ticket {
 			ID:        num("id"),
 			Type:      str("type"),
 			Attempt:   int(num("attempt")),
+			Failures:  int(num("failures")),
 			CreatedAt: time.UnixMicro(num("created")),
 			Payload:   []byte(str("payload")),
 		},

@@ -57,8 +57,9 @@ func makeEvents(first int64, n int) []outbox.Event {
 
 func publish(t *testing.T, q *queue.Queue, events []outbox.Event) {
 	t.Helper()
-	errs := q.Publish(t.Context(), events)
+	tickets, errs := q.Publish(t.Context(), events)
 	require.Len(t, errs, len(events))
+	require.Len(t, tickets, len(events))
 	for i, err := range errs {
 		require.NoError(t, err, "event %d", i)
 	}
@@ -191,7 +192,7 @@ func TestPublishAndRead(t *testing.T) {
 		require.NoError(t, b.rdb.Set(t.Context(), key, "x", 0).Err())
 		q := queue.New(b.rdb, key, group)
 
-		errs := q.Publish(t.Context(), makeEvents(1, 2))
+		_, errs := q.Publish(t.Context(), makeEvents(1, 2))
 		require.Len(t, errs, 2)
 		for _, err := range errs {
 			require.Error(t, err)

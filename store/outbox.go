@@ -26,7 +26,7 @@ WITH due AS (
 UPDATE outbox o
 SET status = 'publishing', attempts = o.attempts + 1, due_at = now() + $2::interval
 FROM due WHERE o.id = due.id
-RETURNING o.id, o.event_type, o.payload, o.attempts, o.created_at`
+RETURNING o.id, o.event_type, o.payload, o.attempts, o.failures, COALESCE(o.ticket, ''), o.created_at`
 
 // Claim leases up to limit due outbox rows to the caller for lease.
 func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outbox.Event, error) {
@@ -36,7 +36,7 @@ func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outb
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
 		var e outbox.Event
-		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.CreatedAt)
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.Failures, &e.Ticket, &e.CreatedAt)
 		return e, err
 	})
 	if err != nil {
@@ -45,13 +45,14 @@ func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outb
 	return events, nil
 }
 
-// MarkPublished records that the queue accepted the rows. A row that a fast
-// worker already finished stays finished. If no worker reports the fan-out
-// finished within redeliverAfter, the row is due again (the ticket was lost).
-func (db *DB) MarkPublished(ctx context.Context, ids []int64, redeliverAfter time.Duration) error {
+// MarkPublished records that the queue holds tickets[i] for row ids[i]. A row
+// that a fast worker already finished stays finished. If no worker reports
+// the fan-out finished within redeliverAfter, the row is due again.
+func (db *DB) MarkPublished(ctx context.Context, ids []int64, tickets []string, redeliverAfter time.Duration) error {
 	_, err := db.primary.Exec(ctx, `
-UPDATE outbox SET status = 'published', published_at = now(), due_at = now() + $2::interval
-WHERE id = ANY($1) AND status = 'publishing'`, ids, redeliverAfter)
+UPDATE outbox o SET status = 'published', published_at = now(), due_at = now() + $3::interval, ticket = t.ticket
+FROM unnest($1::bigint[], $2::text[]) AS t(id, ticket)
+WHERE o.id = t.id AND o.status = 'publishing'`, ids, tickets, redeliverAfter)
 	if err != nil {
 		return fmt.Errorf("mark outbox rows published: %w", err)
 	}
@@ -83,14 +84,16 @@ WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id)
 }
 
 // Fail records a failed attempt: the row is due again after retryIn, or is
-// parked dead when it has had maxAttempts attempts. It reports whether the
-// row is now dead. A row finished meanwhile stays finished.
+// parked dead when this was its maxAttempts-th failure. It reports whether
+// the row is now dead. A row finished meanwhile stays finished.
 func (db *DB) Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error) {
 	var status string
 	err = db.primary.QueryRow(ctx, `
 UPDATE outbox
-SET status = CASE WHEN attempts >= $2 THEN 'dead' ELSE 'pending' END,
+SET failures = failures + 1,
+    status = CASE WHEN failures + 1 >= $2 THEN 'dead' ELSE 'pending' END,
     due_at = now() + $3::interval,
+    ticket = NULL,
     last_error = left($4, 2000)
 WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
 RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
@@ -106,7 +109,7 @@ RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
 // Bury parks the row as dead at once, whatever its attempts.
 func (db *DB) Bury(ctx context.Context, id int64, cause string) error {
 	_, err := db.primary.Exec(ctx, `
-UPDATE outbox SET status = 'dead', last_error = left($2, 2000)
+UPDATE outbox SET status = 'dead', failures = failures + 1, last_error = left($2, 2000)
 WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id, cause)
 	if err != nil {
 		return fmt.Errorf("bury outbox row %d: %w", id, err)
@@ -114,11 +117,11 @@ WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id, cause)
 	return nil
 }
 
-// RetryDead makes dead rows pending again with a fresh attempt count: all of
-// them when id is 0, else only that one. It returns how many it revived.
+// RetryDead makes dead rows pending again with fresh counts: all of them
+// when id is 0, else only that one. It returns how many it revived.
 func (db *DB) RetryDead(ctx context.Context, id int64) (int64, error) {
 	tag, err := db.primary.Exec(ctx, `
-UPDATE outbox SET status = 'pending', attempts = 0, due_at = now()
+UPDATE outbox SET status = 'pending', attempts = 0, failures = 0, ticket = NULL, due_at = now()
 WHERE status = 'dead' AND ($1::bigint = 0 OR id = $1::bigint)`, id)
 	if err != nil {
 		return 0, fmt.Errorf("retry dead outbox rows: %w", err)

@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -186,7 +187,7 @@ func TestMarkPublished(t *testing.T) {
 		ids := insertEvents(t, bundle.pool, 2)
 		requireClaim(t, db, ids...)
 
-		require.NoError(t, db.MarkPublished(t.Context(), ids[:1], 50*time.Millisecond))
+		require.NoError(t, db.MarkPublished(t.Context(), ids[:1], ticketsFor(ids[:1]), 50*time.Millisecond))
 		r := getOutboxRow(t, bundle.pool, ids[0])
 		require.Equal(t, "published", r.Status)
 		require.NotNil(t, r.PublishedAt)
@@ -203,7 +204,7 @@ func TestMarkPublished(t *testing.T) {
 		db, bundle := setup(t)
 		ids := insertEvents(t, bundle.pool, 1)
 		requireClaim(t, db, ids...)
-		require.NoError(t, db.MarkPublished(t.Context(), ids, time.Hour))
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), time.Hour))
 		r := getOutboxRow(t, bundle.pool, ids[0])
 		require.Greater(t, r.DueIn, 59*time.Minute)
 		requireClaim(t, db)
@@ -216,7 +217,7 @@ func TestMarkPublished(t *testing.T) {
 		requireClaim(t, db, ids...)
 		// A fast worker finished the fan-out before the dispatcher recorded the publish.
 		require.NoError(t, db.Finish(t.Context(), ids[0]))
-		require.NoError(t, db.MarkPublished(t.Context(), ids, 50*time.Millisecond))
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), 50*time.Millisecond))
 
 		r := getOutboxRow(t, bundle.pool, ids[0])
 		require.Equal(t, "done", r.Status)
@@ -233,7 +234,7 @@ func TestExtend(t *testing.T) {
 		db, bundle := setup(t)
 		ids := insertEvents(t, bundle.pool, 1)
 		requireClaim(t, db, ids...)
-		require.NoError(t, db.MarkPublished(t.Context(), ids, time.Second))
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), time.Second))
 
 		require.NoError(t, db.Extend(t.Context(), ids[0], time.Hour))
 		r := getOutboxRow(t, bundle.pool, ids[0])
@@ -246,7 +247,7 @@ func TestExtend(t *testing.T) {
 		db, bundle := setup(t)
 		ids := insertEvents(t, bundle.pool, 1)
 		requireClaim(t, db, ids...)
-		require.NoError(t, db.MarkPublished(t.Context(), ids, time.Hour))
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), time.Hour))
 
 		require.NoError(t, db.Extend(t.Context(), ids[0], time.Second))
 		require.Greater(t, getOutboxRow(t, bundle.pool, ids[0]).DueIn, 59*time.Minute)
@@ -276,7 +277,7 @@ func TestFinish(t *testing.T) {
 		db, bundle := setup(t)
 		ids := insertEvents(t, bundle.pool, 2)
 		requireClaim(t, db, ids...)
-		require.NoError(t, db.MarkPublished(t.Context(), ids, time.Hour))
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), time.Hour))
 		_, err := db.Fail(t.Context(), ids[0], 10, time.Hour, "transient")
 		require.NoError(t, err)
 		exec(t, bundle.pool, "UPDATE outbox SET due_at = now() WHERE id = $1", ids[0])
@@ -541,4 +542,13 @@ func TestOutboxStats(t *testing.T) {
 		require.GreaterOrEqual(t, s.OldestPendingAge, time.Hour)
 		require.Less(t, s.OldestPendingAge, time.Hour+time.Minute)
 	})
+}
+
+// ticketsFor makes up a stream entry id per row, as a queue would give.
+func ticketsFor(ids []int64) []string {
+	tickets := make([]string, len(ids))
+	for i, id := range ids {
+		tickets[i] = fmt.Sprintf("%d-0", id)
+	}
+	return tickets
 }

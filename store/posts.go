@@ -62,6 +62,20 @@ func (db *DB) Post(ctx context.Context, id int64) (feed.Post, error) {
 	return post, nil
 }
 
+// PostStatus tells whether post id exists, who wrote it and whether it is
+// deleted.
+func (db *DB) PostStatus(ctx context.Context, id int64) (authorID int64, deleted, found bool, err error) {
+	err = db.primary.QueryRow(ctx, `SELECT author_id, deleted_at IS NOT NULL FROM posts WHERE id = $1`, id).
+		Scan(&authorID, &deleted)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, false, nil
+	}
+	if err != nil {
+		return 0, false, false, fmt.Errorf("post %d status: %w", id, err)
+	}
+	return authorID, deleted, true, nil
+}
+
 // PostsByID returns the posts with the given ids that exist and are not
 // deleted, in no particular order.
 func (db *DB) PostsByID(ctx context.Context, ids []int64) ([]feed.Post, error) {
