@@ -91,7 +91,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		s.closers = append(s.closers, read.Close)
 	}
 
-	rdb, err := connectRedis(ctx, cfg)
+	rdb, err := connectRedis(ctx, cfg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -137,7 +137,14 @@ func (s *System) Close() {
 	s.closers = nil
 }
 
-func connectRedis(ctx context.Context, cfg *Config) (redis.UniversalClient, error) {
+// redisLogger sends go-redis's own log lines to the process logger (at debug:
+// every failure they report is also returned to, and reported by, a caller).
+type redisLogger struct{ log *zap.SugaredLogger }
+
+func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
+
+func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.UniversalClient, error) {
+	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
 	var rdb redis.UniversalClient
 	poolSize := cfg.Fanout.Concurrency + 32 // one per in-flight ticket, plus readers and the API
 	if cfg.Redis.Cluster {
