@@ -104,6 +104,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		MaxLen:      cfg.Feed.MaxLen,
 		Backfill:    cfg.Feed.Backfill,
 		RebuildWait: cfg.Feed.RebuildWait,
+		Cluster:     cfg.Redis.Cluster,
 		Logger:      log.Named("feed"),
 	})
 	s.Queue = queue.New(rdb, cfg.Redis.Prefix+cfg.Queue.Stream, cfg.Queue.Group)
@@ -142,6 +143,8 @@ func (s *System) Close() {
 type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
+
+func nopLogger() *zap.Logger { return zap.NewNop() }
 
 func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.UniversalClient, error) {
 	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})

@@ -57,6 +57,7 @@ func NewRootCommand(assets Assets) *cobra.Command {
 		migrateCommand(load, assets),
 		tokenCommand(load),
 		outboxCommand(load),
+		benchCommand(load, assets),
 	)
 	return root
 }

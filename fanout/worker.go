@@ -374,25 +374,44 @@ func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
 }
 
 // eachFollowerPage calls fn with the author's followers, one keyset page at
-// a time: memory stays flat however many followers there are.
+// a time: memory stays flat however many followers there are. The next page
+// is read from PostgreSQL while fn writes the current one to Redis.
 func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([]int64) error) error {
-	after := int64(0)
-	for {
-		ids, err := w.graph.FollowerIDs(ctx, authorID, after, w.cfg.PageSize)
-		if err != nil {
-			return err
-		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if err := fn(ids); err != nil {
-			return err
-		}
-		if len(ids) < w.cfg.PageSize {
-			return nil
-		}
-		after = ids[len(ids)-1]
+	type page struct {
+		ids []int64
+		err error
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan page, 1)
+	go func() {
+		defer close(pages)
+		after := int64(0)
+		for {
+			ids, err := w.graph.FollowerIDs(ctx, authorID, after, w.cfg.PageSize)
+			select {
+			case pages <- page{ids, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(ids) < w.cfg.PageSize {
+				return
+			}
+			after = ids[len(ids)-1]
+		}
+	}()
+	for p := range pages {
+		if p.err != nil {
+			return p.err
+		}
+		if len(p.ids) == 0 {
+			return nil
+		}
+		if err := fn(p.ids); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {

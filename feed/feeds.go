@@ -41,6 +41,9 @@ type Config struct {
 	RebuildWait time.Duration
 	// PostTTL is how long a post stays in the post cache. Defaults to 24h.
 	PostTTL time.Duration
+	// Cluster tells that Redis is a Redis Cluster, where one script call
+	// cannot touch the feeds of many users. Defaults to false.
+	Cluster bool
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
 }
@@ -75,9 +78,16 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
 // fail or stall Redis (Misskey saw it at ~30k).
 const maxPipeline = 2000
 
+// maxScriptKeys bounds the feeds one pushManyScript call writes, so that no
+// call holds Redis for long (about a millisecond per thousand).
+const maxScriptKeys = 1000
+
 // Push adds post postID to the feeds of followers that exist and trims them.
 // It returns how many feeds gained the entry (a repeated push gains none).
 func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
+	if !f.cfg.Cluster {
+		return f.pushMany(ctx, postID, followers)
+	}
 	added := 0
 	for start := 0; start < len(followers); start += maxPipeline {
 		batch := followers[start:min(start+maxPipeline, len(followers))]
@@ -114,6 +124,29 @@ func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64, floor 
 		return 0, fmt.Errorf("merge posts into feed %d: %w", userID, err)
 	}
 	return max(n, 0), nil
+}
+
+// pushMany is Push in one script call per maxScriptKeys followers, all in
+// one pipeline.
+func (f *Feeds) pushMany(ctx context.Context, postID int64, followers []int64) (int, error) {
+	calls := (len(followers) + maxScriptKeys - 1) / maxScriptKeys
+	cmds, err := f.runScripts(ctx, pushManyScript, calls, func(p redis.Pipeliner, i int) *redis.Cmd {
+		batch := followers[i*maxScriptKeys : min((i+1)*maxScriptKeys, len(followers))]
+		keys := make([]string, len(batch))
+		for j, u := range batch {
+			keys[j] = f.keys.feed(u)
+		}
+		return pushManyScript.EvalSha(ctx, p, keys, postID, f.cfg.MaxLen)
+	})
+	if err != nil {
+		return 0, fmt.Errorf("push post %d to feeds: %w", postID, err)
+	}
+	added := 0
+	for _, c := range cmds {
+		n, _ := c.Int()
+		added += n
+	}
+	return added, nil
 }
 
 // Followed merges up to Backfill recent posts of followee into the feed of
@@ -321,17 +354,12 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 	for i, c := range cmds {
 		raw, err := c.Bytes()
 		switch {
-		case err != nil:
-			missing = append(missing, ids[i])
-		case string(raw) == tombstone:
+		case err == nil && string(raw) == tombstone:
 			dead[ids[i]] = true
+		case err != nil || len(raw) == 0 || raw[0] != '{':
+			missing = append(missing, ids[i])
 		default:
-			var p Post
-			if json.Unmarshal(raw, &p) == nil {
-				found[p.ID] = p
-			} else {
-				missing = append(missing, ids[i])
-			}
+			found[ids[i]] = Post{ID: ids[i], cached: raw}
 		}
 	}
 	if len(missing) > 0 {

@@ -1,0 +1,659 @@
+// Package bench measures every stage of the pipeline next to its physical
+// limit, both measured in the same run against the same servers: post
+// creation against the same insert done straight with pgx, fan-out against
+// raw pipelined ZADD, delivery latency under an open-loop post rate, one big
+// fan-out against raw ZADD of as many entries, and feed reads against raw
+// ZREVRANGEBYSCORE plus hydration. The machine is shared and noisy, so every
+// throughput is the median of several runs and every ratio is taken within
+// one run.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// Options configure a run. Zero fields take the defaults named.
+type Options struct {
+	// Concurrency is the closed-loop clients of the throughput stages. Defaults to 32.
+	Concurrency int
+	// StageTime is how long each throughput measurement runs. Defaults to 3s.
+	StageTime time.Duration
+	// Runs is how many times each throughput stage is measured (median). Defaults to 3.
+	Runs int
+	// BigFollowers is the follower count of the big fan-out. Defaults to 100,000.
+	BigFollowers int
+	// FanoutPosts is the posts of the fan-out stage, to 1,000 followers each. Defaults to 200.
+	FanoutPosts int
+	// LatencyTime is how long each open-loop latency measurement runs. Defaults to 5s.
+	LatencyTime time.Duration
+	// Readers is how many users the read stage reads as. Defaults to 64.
+	Readers int
+	// PageSize is the fan-out's pipeline size, used for the raw ZADD limit. Defaults to 1000.
+	PageSize int
+	// MaxLen is feed.max_len. Defaults to 800.
+	MaxLen int
+}
+
+func (o *Options) setDefaults() {
+	def := func(v *int, d int) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&o.Concurrency, 32)
+	def(&o.Runs, 3)
+	def(&o.BigFollowers, 100_000)
+	def(&o.FanoutPosts, 200)
+	def(&o.Readers, 64)
+	def(&o.PageSize, 1000)
+	def(&o.MaxLen, 800)
+	if o.StageTime <= 0 {
+		o.StageTime = 3 * time.Second
+	}
+	if o.LatencyTime <= 0 {
+		o.LatencyTime = 5 * time.Second
+	}
+}
+
+// Harness is the system under test, as the caller started it.
+type Harness struct {
+	// APIURL is the base URL of a serve process (or the in-process API).
+	APIURL string
+	// Secret signs the bench's bearer tokens.
+	Secret []byte
+	// Pool is the PostgreSQL the system uses; the bench seeds it.
+	Pool *pgxpool.Pool
+	// Redis is the Redis the system uses, and Prefix its key prefix.
+	Redis  redis.UniversalClient
+	Prefix string
+	// StopWorkers stops the in-process workers so that the big fan-out can
+	// run in a worker process of its own, whose memory is measured. Nil when
+	// the workers are not in process: the big fan-out then runs on them and
+	// memory is not reported.
+	StopWorkers func()
+	// StartWorker starts one `newsfeed work` process and returns it.
+	StartWorker func(ctx context.Context) (*os.Process, error)
+}
+
+type runner struct {
+	opts     Options
+	h        Harness
+	pool     *pgxpool.Pool
+	db       *store.DB
+	rdb      redis.UniversalClient
+	http     *http.Client
+	progress io.Writer
+	tokens   sync.Map
+	report   *Report
+}
+
+// Run seeds the graph, runs every stage and returns the report.
+func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Report, error) {
+	opts.setDefaults()
+	r := &runner{
+		opts: opts, h: h, pool: h.Pool, db: store.New(h.Pool, nil), rdb: h.Redis, progress: progress,
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: 4 * opts.Concurrency, MaxIdleConnsPerHost: 4 * opts.Concurrency,
+		}},
+		report: newReport(opts),
+	}
+	fmt.Fprintln(progress, "seeding the graph")
+	if err := r.seed(ctx); err != nil {
+		return nil, err
+	}
+	stages := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"post creation", r.postCreation},
+		{"fan-out throughput", r.fanoutThroughput},
+		{"delivery latency", r.deliveryLatency},
+		{"feed reads", r.feedReads},
+		{"big fan-out", r.bigFanout},
+	}
+	for _, s := range stages {
+		fmt.Fprintf(progress, "stage: %s\n", s.name)
+		if err := s.fn(ctx); err != nil {
+			return r.report, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	return r.report, nil
+}
+
+func (r *runner) feedKey(user int64) string {
+	return r.h.Prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+}
+
+func (r *runner) token(user int64) string {
+	if t, ok := r.tokens.Load(user); ok {
+		return t.(string)
+	}
+	t, _ := api.IssueToken(r.h.Secret, user, 24*time.Hour)
+	r.tokens.Store(user, t)
+	return t
+}
+
+// post creates a post through the API.
+func (r *runner) post(ctx context.Context, author int64) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", r.h.APIURL+"/v1/posts",
+		strings.NewReader(`{"body":"bench post"}`))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token(author))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("POST /v1/posts: %s", resp.Status)
+	}
+	return nil
+}
+
+// readFeed reads a first feed page through the API.
+func (r *runner) readFeed(ctx context.Context, user int64) error {
+	req, err := http.NewRequestWithContext(ctx, "GET", r.h.APIURL+"/v1/feed?limit=20", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token(user))
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Items []json.RawMessage `json:"items"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK || len(page.Items) == 0 {
+		return fmt.Errorf("GET /v1/feed: %s with %d items", resp.Status, len(page.Items))
+	}
+	return nil
+}
+
+// closedLoop runs fn from n clients for d and returns operations per second
+// and each operation's latency. Each client sends its next request when the
+// last one returned.
+func closedLoop(ctx context.Context, n int, d time.Duration, fn func(ctx context.Context, client, i int) error) (float64, []time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var all []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := 0; ctx.Err() == nil; i++ {
+				t := time.Now()
+				if err := fn(ctx, c, i); err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+					}
+					break
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return float64(len(all)) / time.Since(start).Seconds(), all, firstErr
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// postCreation: POST /v1/posts against the same insert (post + outbox row,
+// one transaction) done straight with pgx, at the same concurrency.
+func (r *runner) postCreation(ctx context.Context) error {
+	var ours, limit, ratios []float64
+	var lat []time.Duration
+	for run := range r.opts.Runs {
+		l, _, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			_, _, err := r.db.CreatePost(ctx, int64(quietBase+(c+i)%quietN), "bench post", "")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+		o, samples, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.post(ctx, int64(quietBase+(c+i)%quietN))
+		})
+		if err != nil {
+			return err
+		}
+		ours, limit, ratios, lat = append(ours, o), append(limit, l), append(ratios, o/l), append(lat, samples...)
+		fmt.Fprintf(r.progress, "  run %d: API %.0f posts/s, pgx %.0f posts/s\n", run+1, o, l)
+	}
+	r.report.add(Stage{
+		Name: "post creation", Unit: "posts/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Target: "≥ 0.6", Latency: percentiles(lat),
+		Note: fmt.Sprintf("POST /v1/posts vs the same insert with pgx, %d clients", r.opts.Concurrency),
+	})
+	return r.drain(ctx, 2*time.Minute)
+}
+
+// drain waits until the outbox has nothing unfinished.
+func (r *runner) drain(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var open int
+		if err := r.pool.QueryRow(ctx,
+			`SELECT count(*) FROM outbox WHERE status IN ('pending','publishing','published')`).Scan(&open); err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("outbox not drained after %s: %d open", timeout, open)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (r *runner) lastOutboxID(ctx context.Context) (int64, error) {
+	var id int64
+	err := r.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM outbox`).Scan(&id)
+	return id, err
+}
+
+// fanoutThroughput: feed entries written per second end to end, from the
+// first POST to the last fan-out finished, against raw pipelined ZADD of as
+// many entries with the same pipeline size.
+func (r *runner) fanoutThroughput(ctx context.Context) error {
+	var ours, limit, ratios []float64
+	entries := r.opts.FanoutPosts * 1000
+	for run := range r.opts.Runs {
+		after, err := r.lastOutboxID(ctx)
+		if err != nil {
+			return err
+		}
+		var start time.Time
+		if err := r.pool.QueryRow(ctx, `SELECT now()`).Scan(&start); err != nil {
+			return err
+		}
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		var postErr atomic.Value
+		for range r.opts.Concurrency {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := next.Add(1) - 1; i < int64(r.opts.FanoutPosts); i = next.Add(1) - 1 {
+					if err := r.post(ctx, fanoutBase+i%fanoutN); err != nil {
+						postErr.Store(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+		if err, _ := postErr.Load().(error); err != nil {
+			return err
+		}
+		if err := r.drain(ctx, 5*time.Minute); err != nil {
+			return err
+		}
+		var end time.Time
+		if err := r.pool.QueryRow(ctx, `SELECT max(finished_at) FROM outbox WHERE id > $1`, after).Scan(&end); err != nil {
+			return err
+		}
+		o := float64(entries) / end.Sub(start).Seconds()
+		l, err := r.rawZADD(ctx, entries, r.opts.Concurrency)
+		if err != nil {
+			return err
+		}
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		fmt.Fprintf(r.progress, "  run %d: fan-out %.0f entries/s, raw ZADD %.0f entries/s\n", run+1, o, l)
+	}
+	r.report.add(Stage{
+		Name: "fan-out", Unit: "entries/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Target: "≥ 0.7",
+		Note: fmt.Sprintf("%d posts × 1,000 followers, API → outbox → dispatcher → stream → workers → Redis, vs raw ZADD pipelines of %d",
+			r.opts.FanoutPosts, r.opts.PageSize),
+	})
+	return nil
+}
+
+// rawZADD writes n entries with plain pipelined ZADD, PageSize per pipeline,
+// from clients goroutines, into throw-away keys, and returns entries/s.
+func (r *runner) rawZADD(ctx context.Context, n, clients int) (float64, error) {
+	pages := (n + r.opts.PageSize - 1) / r.opts.PageSize
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var zerr atomic.Value
+	member := rand.Int64N(1 << 40)
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := next.Add(1) - 1; p < int64(pages); p = next.Add(1) - 1 {
+				_, err := r.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+					for i := range r.opts.PageSize {
+						key := r.h.Prefix + "raw:{" + strconv.Itoa(i+int(p)%10*r.opts.PageSize) + "}"
+						pipe.ZAdd(ctx, key, redis.Z{Score: float64(member + p), Member: member + p})
+					}
+					return nil
+				})
+				if err != nil {
+					zerr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := zerr.Load().(error); err != nil {
+		return 0, fmt.Errorf("raw ZADD: %w", err)
+	}
+	return float64(pages*r.opts.PageSize) / elapsed.Seconds(), r.deleteRaw(ctx)
+}
+
+func (r *runner) deleteRaw(ctx context.Context) error {
+	iter := r.rdb.Scan(ctx, 0, r.h.Prefix+"raw:*", 10_000).Iterator()
+	var keys []string
+	for iter.Next(ctx) {
+		keys = append(keys, iter.Val())
+	}
+	for start := 0; start < len(keys); start += 1000 {
+		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range keys[start:min(start+1000, len(keys))] {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
+}
+
+// deliveryLatency: post committed → fan-out finished, both on the database
+// clock, under a fixed arrival rate (open loop: a late post does not delay
+// the next one).
+func (r *runner) deliveryLatency(ctx context.Context) error {
+	classes := []struct {
+		author    int64
+		followers int
+		rate      int
+	}{{author100, 100, 100}, {author1k, 1000, 100}, {author10k, 10_000, 10}}
+	for _, c := range classes {
+		after, err := r.lastOutboxID(ctx)
+		if err != nil {
+			return err
+		}
+		interval := time.Second / time.Duration(c.rate)
+		tick := time.NewTicker(interval)
+		deadline := time.Now().Add(r.opts.LatencyTime)
+		var wg sync.WaitGroup
+		var postErr atomic.Value
+		sent := 0
+		for time.Now().Before(deadline) {
+			<-tick.C
+			wg.Add(1)
+			sent++
+			go func() {
+				defer wg.Done()
+				if err := r.post(ctx, c.author); err != nil {
+					postErr.Store(err)
+				}
+			}()
+		}
+		tick.Stop()
+		wg.Wait()
+		if err, _ := postErr.Load().(error); err != nil {
+			return err
+		}
+		if err := r.drain(ctx, 5*time.Minute); err != nil {
+			return err
+		}
+		rows, err := r.pool.Query(ctx, `SELECT extract(epoch FROM finished_at - created_at)::float8 FROM outbox
+			WHERE id > $1 AND event_type = 'post.created' AND status = 'done'`, after)
+		if err != nil {
+			return err
+		}
+		var lat []time.Duration
+		for rows.Next() {
+			var s float64
+			if err := rows.Scan(&s); err != nil {
+				return err
+			}
+			lat = append(lat, time.Duration(s*float64(time.Second)))
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		raw, err := r.rawOnePost(ctx, c.followers)
+		if err != nil {
+			return err
+		}
+		p := percentiles(lat)
+		target := ""
+		if c.followers == 1000 {
+			target = "p99 ≤ 250 ms"
+		}
+		name := fmt.Sprintf("delivery, %s followers at %d posts/s", humanInt(c.followers), c.rate)
+		r.report.add(Stage{
+			Name: name, Unit: "ms (p50)", Ours: p.P50, Limit: float64(raw) / float64(time.Millisecond),
+			Ratio: p.P50 / (float64(raw) / float64(time.Millisecond)), Target: target, Latency: p,
+			Note: fmt.Sprintf("%d posts in %s, open loop; limit: raw ZADD of one post's entries", sent, r.opts.LatencyTime),
+		})
+		r.report.LatencySamples[name] = msSamples(lat)
+		fmt.Fprintf(r.progress, "  %s: p50 %.1f ms, p95 %.1f ms, p99 %.1f ms (%d posts)\n", name, p.P50, p.P95, p.P99, len(lat))
+	}
+	return nil
+}
+
+// rawOnePost is the time to write one post's entries for n followers with
+// raw pipelined ZADD, one pipeline after the other, as one fan-out does.
+func (r *runner) rawOnePost(ctx context.Context, n int) (time.Duration, error) {
+	start := time.Now()
+	if _, err := r.rawZADD(ctx, n, 1); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+// feedReads: GET /v1/feed against raw ZREVRANGEBYSCORE + hydration from Go.
+func (r *runner) feedReads(ctx context.Context) error {
+	for i := range r.opts.Readers { // first reads build the feeds and warm the post cache
+		if err := r.readFeed(ctx, int64(readerBase+i)); err != nil {
+			return err
+		}
+	}
+	var ours, limit, ratios []float64
+	var lat, rawLat []time.Duration
+	for run := range r.opts.Runs {
+		l, ls, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		})
+		if err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+		o, samples, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		})
+		if err != nil {
+			return err
+		}
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		lat, rawLat = append(lat, samples...), append(rawLat, ls...)
+		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s, raw %.0f reads/s\n", run+1, o, l)
+	}
+	p := percentiles(lat)
+	r.report.add(Stage{
+		Name: "feed reads", Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
+		Note: fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
+	})
+	return nil
+}
+
+// rawRead is a feed page done by hand: the ids, then the cached posts.
+func (r *runner) rawRead(ctx context.Context, user int64) error {
+	ids, err := r.rdb.ZRevRangeByScore(ctx, r.feedKey(user), &redis.ZRangeBy{Max: "+inf", Min: "(0", Count: 21}).Result()
+	if err != nil {
+		return err
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.h.Prefix+"post:"+id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	posts := make([]feed.Post, 0, len(ids))
+	for _, c := range cmds {
+		var p feed.Post
+		if err := json.Unmarshal([]byte(c.Val()), &p); err != nil {
+			return err
+		}
+		posts = append(posts, p)
+	}
+	var buf bytes.Buffer
+	return json.NewEncoder(&buf).Encode(map[string]any{"items": posts})
+}
+
+// bigFanout: one post to BigFollowers followers, post committed → fan-out
+// finished, against raw pipelined ZADD of as many entries; and the peak
+// memory of the worker process that did it.
+func (r *runner) bigFanout(ctx context.Context) error {
+	var proc *os.Process
+	if r.h.StopWorkers != nil && r.h.StartWorker != nil {
+		r.h.StopWorkers()
+		var err error
+		if proc, err = r.h.StartWorker(ctx); err != nil {
+			return fmt.Errorf("start worker process: %w", err)
+		}
+		defer func() { _ = proc.Kill(); _, _ = proc.Wait() }()
+	}
+	after, err := r.lastOutboxID(ctx)
+	if err != nil {
+		return err
+	}
+	if err := r.post(ctx, authorBig); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.progress, "  one post to %s followers…\n", humanInt(r.opts.BigFollowers))
+	var took time.Duration
+	for {
+		var status string
+		var secs float64
+		err := r.pool.QueryRow(ctx, `SELECT status, COALESCE(extract(epoch FROM finished_at - created_at)::float8, 0)
+			FROM outbox WHERE id > $1 AND event_type = 'post.created' ORDER BY id LIMIT 1`, after).Scan(&status, &secs)
+		if err != nil {
+			return err
+		}
+		if status == "done" {
+			took = time.Duration(secs * float64(time.Second))
+			break
+		}
+		if status == "dead" {
+			return errors.New("the big fan-out died")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	var peakRSS float64
+	if proc != nil {
+		peakRSS = vmHWM(proc.Pid)
+	}
+	raw, err := r.rawOnePost(ctx, r.opts.BigFollowers)
+	if err != nil {
+		return err
+	}
+	note := fmt.Sprintf("one post to %s followers; limit: raw ZADD of as many entries, pipelines of %d",
+		humanInt(r.opts.BigFollowers), r.opts.PageSize)
+	if peakRSS > 0 {
+		note += fmt.Sprintf("; worker peak RSS %.0f MB", peakRSS)
+		r.report.WorkerPeakRSSMB = peakRSS
+	}
+	r.report.add(Stage{
+		Name: "big fan-out", Unit: "s", Ours: took.Seconds(), Limit: raw.Seconds(), Ratio: took.Seconds() / raw.Seconds(),
+		Target: "≤ 1.5× (time)", Note: note,
+	})
+	return nil
+}
+
+// vmHWM is the peak resident set of a process in MB, from /proc.
+func vmHWM(pid int) float64 {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func humanInt(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}

@@ -1,0 +1,150 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
+	"github.com/schollz/progressbar/v3"
+)
+
+// The synthetic graph. Every author's followers are users FollowerBase,
+// FollowerBase+1, …: the sets overlap, so a follower's feed gets posts from
+// several authors, as real feeds do.
+const (
+	FollowerBase = 1_000_000
+
+	author100  = 1 // latency stage: 100 followers
+	author1k   = 2 // latency stage: 1,000 followers
+	author10k  = 3 // latency stage: 10,000 followers
+	authorBig  = 4 // big fan-out stage
+	fanoutBase = 10 // fan-out stage: authors 10..19 with 1,000 followers
+	fanoutN    = 10
+	quietBase  = 100 // post-creation stage: authors without followers
+	quietN     = 100
+	readBase   = 200 // read stage: authors 200..209 with seeded posts
+	readN      = 10
+	readerBase = 500_000 // read stage: readers 500000.. follow the 10 read authors
+)
+
+type graph struct {
+	edges map[int64]int // author → followers
+}
+
+func newGraph(big int) graph {
+	g := graph{edges: map[int64]int{author100: 100, author1k: 1000, author10k: 10_000, authorBig: big}}
+	for i := range fanoutN {
+		g.edges[int64(fanoutBase+i)] = 1000
+	}
+	return g
+}
+
+func (g graph) total() int {
+	n := 0
+	for _, f := range g.edges {
+		n += f
+	}
+	return n
+}
+
+func (g graph) maxFollowers() int {
+	m := 0
+	for _, f := range g.edges {
+		m = max(m, f)
+	}
+	return m
+}
+
+// copySource feeds COPY from a generator and moves a progress bar.
+type copySource struct {
+	rows func(i int) []any
+	n, i int
+	bar  *progressbar.ProgressBar
+	row  []any
+}
+
+func (s *copySource) Next() bool {
+	if s.i >= s.n {
+		return false
+	}
+	s.row = s.rows(s.i)
+	s.i++
+	if s.i%10_000 == 0 || s.i == s.n {
+		_ = s.bar.Set(s.i)
+	}
+	return true
+}
+func (s *copySource) Values() ([]any, error) { return s.row, nil }
+func (s *copySource) Err() error             { return nil }
+
+func newBar(w io.Writer, n int, what string) *progressbar.ProgressBar {
+	return progressbar.NewOptions(n,
+		progressbar.OptionSetWriter(w),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionShowCount(),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(100_000_000),
+		progressbar.OptionOnCompletion(func() { fmt.Fprintln(w) }),
+	)
+}
+
+// seed writes the graph, the read stage's authors, readers and posts with
+// COPY, straight into PostgreSQL, and marks every follower's feed as built
+// in Redis (as after their first read), so that fan-out writes them.
+func (r *runner) seed(ctx context.Context) error {
+	g := newGraph(r.opts.BigFollowers)
+	type edge struct{ author, follower int64 }
+	var edges []edge
+	for a, n := range g.edges {
+		for i := range n {
+			edges = append(edges, edge{a, int64(FollowerBase + i)})
+		}
+	}
+	for reader := range r.opts.Readers {
+		for a := range readN {
+			edges = append(edges, edge{int64(readBase + a), int64(readerBase + reader)})
+		}
+	}
+	bar := newBar(r.progress, len(edges), "seed follows  ")
+	_, err := r.pool.CopyFrom(ctx, pgx.Identifier{"follows"}, []string{"followee_id", "follower_id"},
+		&copySource{n: len(edges), bar: bar, rows: func(i int) []any { return []any{edges[i].author, edges[i].follower} }})
+	if err != nil {
+		return fmt.Errorf("seed follows: %w", err)
+	}
+	if _, err := r.pool.Exec(ctx, `INSERT INTO follower_counts (user_id, followers)
+		SELECT followee_id, count(*) FROM follows GROUP BY followee_id
+		ON CONFLICT (user_id) DO UPDATE SET followers = EXCLUDED.followers`); err != nil {
+		return fmt.Errorf("seed follower counts: %w", err)
+	}
+
+	// Posts of the read stage's authors, old enough to be history: no outbox rows.
+	const perAuthor = 200
+	bar = newBar(r.progress, readN*perAuthor, "seed posts    ")
+	_, err = r.pool.CopyFrom(ctx, pgx.Identifier{"posts"}, []string{"author_id", "body"},
+		&copySource{n: readN * perAuthor, bar: bar, rows: func(i int) []any {
+			return []any{int64(readBase + i%readN), "a post to read, number " + strconv.Itoa(i)}
+		}})
+	if err != nil {
+		return fmt.Errorf("seed posts: %w", err)
+	}
+
+	// Feeds exist for every follower: they have read before.
+	n := g.maxFollowers()
+	bar = newBar(r.progress, n, "build feeds   ")
+	for start := 0; start < n; start += 5000 {
+		_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := start; i < min(start+5000, n); i++ {
+				p.ZAdd(ctx, r.feedKey(int64(FollowerBase+i)), redis.Z{Score: 0, Member: "0"})
+			}
+			return nil
+		})
+		if err != nil {
+			return fmt.Errorf("build feeds: %w", err)
+		}
+		_ = bar.Set(min(start+5000, n))
+	}
+	return nil
+}
