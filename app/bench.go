@@ -278,4 +278,3 @@ func freeAddr() (string, error) {
 	defer ln.Close()
 	return ln.Addr().String(), nil
 }
-

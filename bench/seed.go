@@ -17,10 +17,10 @@ import (
 const (
 	FollowerBase = 1_000_000
 
-	author100  = 1 // latency stage: 100 followers
-	author1k   = 2 // latency stage: 1,000 followers
-	author10k  = 3 // latency stage: 10,000 followers
-	authorBig  = 4 // big fan-out stage
+	author100  = 1  // latency stage: 100 followers
+	author1k   = 2  // latency stage: 1,000 followers
+	author10k  = 3  // latency stage: 10,000 followers
+	authorBig  = 4  // big fan-out stage
 	fanoutBase = 10 // fan-out stage: authors 10..19 with 1,000 followers
 	fanoutN    = 10
 	quietBase  = 100 // post-creation stage: authors without followers
