@@ -24,3 +24,6 @@ lint:
 
 clean:
 	rm -rf bin
+
+bench: services build ## the default benchmark scenario (under 3 minutes); results in bench-results/
+	$(BIN) bench

@@ -14,19 +14,19 @@ import (
 // claimSQL takes up to $1 rows that need a dispatcher — pending and due, or
 // whose lease or redelivery deadline passed — in one statement. SKIP LOCKED
 // lets several dispatchers claim side by side without waiting on each other;
-// the lease (database clock) hands a row to another dispatcher if this one dies.
+// the lease (database clock) hands a row to another dispatcher if this one
+// dies. "id = ANY(ARRAY(…))" makes the update find its rows by primary key:
+// as a join, the planner chose to read the whole table once it grew.
 const claimSQL = `
-WITH due AS (
+UPDATE outbox
+SET status = 'publishing', attempts = attempts + 1, due_at = now() + $2::interval
+WHERE id = ANY(ARRAY(
     SELECT id FROM outbox
     WHERE status IN ('pending', 'publishing', 'published') AND due_at <= now()
     ORDER BY due_at, id
     LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-UPDATE outbox o
-SET status = 'publishing', attempts = o.attempts + 1, due_at = now() + $2::interval
-FROM due WHERE o.id = due.id
-RETURNING o.id, o.event_type, o.payload, o.attempts, o.failures, COALESCE(o.ticket, ''), o.created_at`
+    FOR UPDATE SKIP LOCKED))
+RETURNING id, event_type, payload, attempts, failures, COALESCE(ticket, ''), created_at`
 
 // Claim leases up to limit due outbox rows to the caller for lease.
 func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outbox.Event, error) {
