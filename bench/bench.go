@@ -43,7 +43,7 @@ type Options struct {
 	Runs int
 	// BigFollowers is the follower count of the big fan-out. Defaults to 100,000.
 	BigFollowers int
-	// FanoutPosts is the posts of the fan-out stage, to 1,000 followers each. Defaults to 200.
+	// FanoutPosts is the posts of the fan-out stage, to 1,000 followers each. Defaults to 1,000.
 	FanoutPosts int
 	// LatencyTime is how long each open-loop latency measurement runs. Defaults to 5s.
 	LatencyTime time.Duration
@@ -64,7 +64,7 @@ func (o *Options) setDefaults() {
 	def(&o.Concurrency, 32)
 	def(&o.Runs, 3)
 	def(&o.BigFollowers, 100_000)
-	def(&o.FanoutPosts, 200)
+	def(&o.FanoutPosts, 1000)
 	def(&o.Readers, 64)
 	def(&o.PageSize, 1000)
 	def(&o.MaxLen, 800)
