@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"strconv"
 	"sync"
 	"time"
@@ -28,7 +29,7 @@ const benchPrefix = "nfbench:"
 func benchCommand(load loadFunc, assets Assets) *cobra.Command {
 	var opts bench.Options
 	var million bool
-	var out, apiURL string
+	var out, apiURL, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure every stage of the pipeline next to its limit (seeds a synthetic graph)",
@@ -61,6 +62,17 @@ redis.prefix and auth.secret of this configuration.`,
 			}
 			defer cleanup()
 			opts.PageSize, opts.MaxLen = cfg.Fanout.PageSize, cfg.Feed.MaxLen
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("--cpuprofile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
 			report, err := bench.Run(ctx, h, opts, cmd.ErrOrStderr())
 			if report != nil {
 				fmt.Fprintln(cmd.OutOrStdout())
@@ -82,6 +94,7 @@ redis.prefix and auth.secret of this configuration.`,
 	f.BoolVar(&million, "million", false, "big fan-out to 1,000,000 followers")
 	f.IntVar(&opts.FanoutPosts, "fanout-posts", 1000, "posts (to 1,000 followers each) of the fan-out stage")
 	f.StringVar(&out, "out", "bench-results", "directory for bench.json, bench.md and the latency plot")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the roles in process and the load) to this file")
 	f.StringVar(&apiURL, "api", "", "measure running processes behind this API URL instead of in-process roles")
 	return cmd
 }
