@@ -104,6 +104,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		MaxLen:      cfg.Feed.MaxLen,
 		Backfill:    cfg.Feed.Backfill,
 		RebuildWait: cfg.Feed.RebuildWait,
+		ActiveTTL:   time.Duration(cfg.Feed.ActiveDays) * 24 * time.Hour,
 		Cluster:     cfg.Redis.Cluster,
 		Logger:      log.Named("feed"),
 	})

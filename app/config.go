@@ -69,6 +69,9 @@ type Config struct {
 		// RebuildWait bounds how long a read waits for another reader's
 		// rebuild of the same feed. Defaults to 5s.
 		RebuildWait time.Duration `koanf:"rebuild_wait"`
+		// ActiveDays: a feed not read for this many days leaves Redis, fan-out
+		// skips its owner, and the next read rebuilds it. Defaults to 30.
+		ActiveDays int `koanf:"active_days"`
 	} `koanf:"feed"`
 	Fanout struct {
 		// ChunkSize is followers per unit of fan-out work. Defaults to 5000.
@@ -146,6 +149,7 @@ var defaults = map[string]any{
 	"feed.max_len":               800,
 	"feed.backfill":              50,
 	"feed.rebuild_wait":          "5s",
+	"feed.active_days":           30,
 	"fanout.chunk_size":          5000,
 	"fanout.page_size":           1000,
 	"fanout.celebrity_threshold": 10000,
@@ -263,6 +267,7 @@ func (c *Config) validate() error {
 	positive("database.max_conns", int(c.Database.MaxConns))
 	positive("posts.max_chars", c.Posts.MaxChars)
 	positive("feed.max_len", c.Feed.MaxLen)
+	positive("feed.active_days", c.Feed.ActiveDays)
 	if c.Feed.Backfill < 0 {
 		errs = append(errs, fmt.Errorf("config key feed.backfill must not be negative, got %d", c.Feed.Backfill))
 	}

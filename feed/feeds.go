@@ -41,6 +41,11 @@ type Config struct {
 	RebuildWait time.Duration
 	// PostTTL is how long a post stays in the post cache. Defaults to 24h.
 	PostTTL time.Duration
+	// ActiveTTL is how long a feed stays in Redis without being read
+	// (feed.active_days). Fan-out writes only feeds that exist, so readers
+	// who stay away cost neither memory nor fan-out work, and get their feed
+	// rebuilt when they return. Defaults to 30 days.
+	ActiveTTL time.Duration
 	// Cluster tells that Redis is a Redis Cluster, where one script call
 	// cannot touch the feeds of many users. Defaults to false.
 	Cluster bool
@@ -67,6 +72,9 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
 	}
 	if cfg.PostTTL <= 0 {
 		cfg.PostTTL = 24 * time.Hour
+	}
+	if cfg.ActiveTTL <= 0 {
+		cfg.ActiveTTL = 30 * 24 * time.Hour
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
@@ -311,6 +319,7 @@ func (f *Feeds) readIDs(ctx context.Context, userID, before int64, n int) ([]int
 		rng = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
 			Max: "(" + strconv.FormatInt(before, 10), Min: "(0", Count: int64(n),
 		})
+		p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -425,15 +434,20 @@ func (f *Feeds) rebuild(ctx context.Context, userID int64) error {
 
 	key := f.keys.feed(userID)
 	// The placeholder makes the key exist, so pushes from now on land in it.
-	if err := f.rdb.ZAdd(ctx, key, redis.Z{Score: -1, Member: buildingMarker}).Err(); err != nil {
+	// It expires like a feed, should this rebuild never finish.
+	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZAdd(ctx, key, redis.Z{Score: -1, Member: buildingMarker})
+		p.Expire(ctx, key, f.cfg.ActiveTTL)
+		return nil
+	}); err != nil {
 		return fmt.Errorf("rebuild feed %d: %w", userID, err)
 	}
 	posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
 	if err != nil {
 		return fmt.Errorf("rebuild feed %d: %w", userID, err)
 	}
-	args := make([]any, 0, len(posts)+1)
-	args = append(args, f.cfg.MaxLen)
+	args := make([]any, 0, len(posts)+2)
+	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second))
 	for _, p := range posts {
 		args = append(args, p.ID)
 	}

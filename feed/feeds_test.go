@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
@@ -363,4 +364,29 @@ func TestFollowAndUnfollow(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
 	require.Equal(t, []int64{own}, b.readAll(t, 10, 20))
+}
+
+func TestInactiveFeedsExpire(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{ActiveTTL: time.Hour})
+	b.follow(t, 10, 1)
+	first := b.post(t, 1)
+	require.Equal(t, []int64{first}, b.readAll(t, 10, 20))
+	ttl, err := b.rdb.TTL(ctx, b.feedKey(10)).Result()
+	require.NoError(t, err)
+	require.InDelta(t, time.Hour.Seconds(), ttl.Seconds(), 5, "a read keeps the feed for feed.active_days")
+
+	// The reader stays away: the feed expires, fan-out skips them…
+	require.NoError(t, b.rdb.PExpire(ctx, b.feedKey(10), time.Millisecond).Err())
+	require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.feedKey(10)).Val() == 0 }, time.Second, time.Millisecond)
+	second := b.post(t, 1)
+	n, err := b.feeds.Push(ctx, second, []int64{10})
+	require.NoError(t, err)
+	require.Zero(t, n, "no work and no memory for a reader who is away")
+	// …and their return rebuilds it, with everything.
+	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20))
+	ttl, err = b.rdb.TTL(ctx, b.feedKey(10)).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl)
 }

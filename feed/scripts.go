@@ -53,13 +53,15 @@ return added
 
 // finishRebuildScript completes a rebuild: if the placeholder is still there
 // (nobody dropped the feed meanwhile, as an unfollow does), it adds the posts
-// (ARGV[2..]), swaps the placeholder for the complete marker and trims to
-// ARGV[1]. It returns 1 when the feed is now complete, 0 when it gave up.
+// (ARGV[3..]), swaps the placeholder for the complete marker, trims to
+// ARGV[1] and lets the feed expire after ARGV[2] seconds without reads. It
+// returns 1 when the feed is now complete, 0 when it gave up.
 var finishRebuildScript = redis.NewScript(`
 if not redis.call('ZSCORE', KEYS[1], '-1') then return 0 end
-for i = 2, #ARGV do
+for i = 3, #ARGV do
   redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
 end
+redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[1], 0, '0')
 redis.call('ZREM', KEYS[1], '-1')
 redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[1]) + 1))
