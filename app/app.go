@@ -106,7 +106,9 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		RebuildWait: cfg.Feed.RebuildWait,
 		ActiveTTL:   time.Duration(cfg.Feed.ActiveDays) * 24 * time.Hour,
 		Cluster:     cfg.Redis.Cluster,
-		Logger:      log.Named("feed"),
+
+		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
+		Logger:             log.Named("feed"),
 	})
 	s.Queue = queue.New(rdb, cfg.Redis.Prefix+cfg.Queue.Stream, cfg.Queue.Group)
 

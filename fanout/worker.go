@@ -30,6 +30,8 @@ type Graph interface {
 	FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error)
 	// IsFollowing reports whether follower follows followee now.
 	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
+	// FollowerCount returns how many followers a user has (a maintained count).
+	FollowerCount(ctx context.Context, userID int64) (int64, error)
 	// PostStatus tells whether a post exists, its author and whether it is deleted.
 	PostStatus(ctx context.Context, postID int64) (authorID int64, deleted, found bool, err error)
 }
@@ -47,6 +49,12 @@ type Feeds interface {
 	Remove(ctx context.Context, users []int64, postIDs []int64) error
 	// ForgetPost hides a deleted post from every read at once.
 	ForgetPost(ctx context.Context, postID int64) error
+	// IsCelebrity tells whether an author with this many followers is pulled
+	// into feeds at read time instead of fanned out.
+	IsCelebrity(followers int64) bool
+	// AddToTimeline and RemoveFromTimeline keep a celebrity's timeline.
+	AddToTimeline(ctx context.Context, authorID, postID int64) error
+	RemoveFromTimeline(ctx context.Context, authorID, postID int64) error
 }
 
 // Outbox is how the worker reports the outcome of an event.
@@ -428,6 +436,13 @@ func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
 	case deleted:
 		return nil // nothing to deliver; post.deleted cleans what was
 	}
+	followers, err := w.graph.FollowerCount(ctx, p.AuthorID)
+	if err != nil {
+		return err
+	}
+	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
+		return w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
+	}
 	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
 		added, err := w.feeds.Push(ctx, p.PostID, followers)
 		w.metrics.entries.Add(float64(added))
@@ -437,6 +452,9 @@ func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
 
 func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
+		return err
+	}
+	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
 		return err
 	}
 	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {

@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -8,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"time"
 
@@ -25,6 +27,9 @@ type Store interface {
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)
+	// CelebrityFollowees returns whom followerID follows among the authors
+	// with more than threshold followers.
+	CelebrityFollowees(ctx context.Context, followerID, threshold int64) ([]int64, error)
 }
 
 // Config configures Feeds. Zero fields take the defaults named.
@@ -46,6 +51,10 @@ type Config struct {
 	// who stay away cost neither memory nor fan-out work, and get their feed
 	// rebuilt when they return. Defaults to 30 days.
 	ActiveTTL time.Duration
+	// CelebrityThreshold: authors with more followers are pulled into feeds
+	// at read time instead of fanned out (fanout.celebrity_threshold).
+	// Defaults to 0: nobody is.
+	CelebrityThreshold int64
 	// Cluster tells that Redis is a Redis Cluster, where one script call
 	// cannot touch the feeds of many users. Defaults to false.
 	Cluster bool
@@ -160,6 +169,9 @@ func (f *Feeds) pushMany(ctx context.Context, postID int64, followers []int64) (
 // Followed merges up to Backfill recent posts of followee into the feed of
 // follower (if it exists), and returns how many were new.
 func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
+	if err := f.forgetCelebrities(ctx, follower); err != nil {
+		return 0, err
+	}
 	if f.cfg.Backfill <= 0 {
 		return 0, nil
 	}
@@ -178,6 +190,9 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 // scanning the feed: a feed of MaxLen entries can only hold the followee's
 // MaxLen newest posts, so those are the ones removed.
 func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
+	if err := f.forgetCelebrities(ctx, follower); err != nil {
+		return err
+	}
 	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, f.cfg.MaxLen)
 	if err != nil {
 		return fmt.Errorf("unfill feed %d: %w", follower, err)
@@ -258,7 +273,8 @@ type Page struct {
 
 // Read returns up to limit posts of userID's home feed with id < before
 // (before <= 0 reads from the newest), newest first, with no duplicates and
-// no deleted posts. Past what Redis keeps it goes on from PostgreSQL.
+// no deleted posts: the user's feed merged with the timelines of the
+// celebrities they follow, and past what Redis keeps, PostgreSQL.
 func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page, error) {
 	if before <= 0 {
 		before = math.MaxInt64
@@ -266,34 +282,25 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 	want := limit + 1 // one more tells whether there is a next page
 	posts := make([]Post, 0, want)
 	cursor := before
-	for len(posts) < want {
+	var celebs []int64
+	for first := true; len(posts) < want; first = false {
 		n := want - len(posts)
-		ids, complete, err := f.readIDs(ctx, userID, cursor, n)
-		if err == nil && !complete {
-			if err = f.rebuild(ctx, userID); err == nil {
-				ids, complete, err = f.readIDs(ctx, userID, cursor, n)
-			}
-		}
+		ids, floor, found, err := f.readRedis(ctx, userID, celebs, first, cursor, n)
 		if err != nil {
 			return Page{}, err
 		}
-		if complete {
-			hydrated, err := f.hydrate(ctx, ids)
-			if err != nil {
-				return Page{}, err
-			}
-			posts = append(posts, hydrated...)
-			if len(ids) == n {
-				cursor = ids[n-1] // some were deleted: read on in Redis
-				continue
-			}
-			if len(ids) > 0 {
-				cursor = ids[len(ids)-1]
-			}
+		celebs = found
+		hydrated, err := f.hydrate(ctx, ids)
+		if err != nil {
+			return Page{}, err
 		}
-		// Redis has nothing older (or another reader's rebuild is slow):
-		// go on from the truth in PostgreSQL.
-		more, err := f.store.FolloweePosts(ctx, userID, cursor, want-len(posts))
+		posts = append(posts, hydrated...)
+		if floor == 0 {
+			cursor = ids[len(ids)-1] // some were deleted: read on in Redis
+			continue
+		}
+		// Redis holds nothing sure below floor: go on from the truth.
+		more, err := f.store.FolloweePosts(ctx, userID, floor, want-len(posts))
 		if err != nil {
 			return Page{}, fmt.Errorf("read feed %d: %w", userID, err)
 		}
@@ -308,34 +315,126 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 	return page, nil
 }
 
-// readIDs reads up to n post ids below before from the feed, newest first, and
-// whether the feed is complete (else it must be rebuilt first).
-func (f *Feeds) readIDs(ctx context.Context, userID, before int64, n int) ([]int64, bool, error) {
-	key := f.keys.feed(userID)
-	var marker *redis.FloatCmd
-	var rng *redis.StringSliceCmd
+// sortedSet is what one Redis source of a home feed gave for a page.
+type sortedSet struct {
+	ids      []int64
+	complete bool
+}
+
+// readRedis reads up to n post ids below before from the user's feed and
+// the timelines of the celebrities they follow (asked for on the first call
+// of a read, then passed in), merged newest first without duplicates. A
+// source that ran out is whole in Redis only down to its last id: floor is
+// then the highest such id (or before, when one gave nothing), and only ids
+// >= floor are returned; PostgreSQL goes on below it. floor is 0 when Redis
+// had n sure ids. Missing sources are rebuilt first.
+func (f *Feeds) readRedis(ctx context.Context, userID int64, celebs []int64, first bool, before int64, n int) (ids []int64, floor int64, found []int64, err error) {
+	keys := []string{f.keys.feed(userID)}
+	for _, c := range celebs {
+		keys = append(keys, f.keys.timeline(c))
+	}
+	sets, cached, err := f.readSets(ctx, keys, userID, first, before, n)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	if first {
+		if celebs, err = f.celebrities(ctx, userID, cached); err != nil {
+			return nil, 0, nil, err
+		}
+		if len(celebs) > 0 { // now the timelines too
+			return f.readRedis(ctx, userID, celebs, false, before, n)
+		}
+	}
+	rebuilt := false
+	for i, set := range sets {
+		if set.complete {
+			continue
+		}
+		if i == 0 {
+			err = f.rebuild(ctx, userID)
+		} else {
+			err = f.rebuildTimeline(ctx, celebs[i-1])
+		}
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		rebuilt = true
+	}
+	if rebuilt {
+		if sets, _, err = f.readSets(ctx, keys, 0, false, before, n); err != nil {
+			return nil, 0, nil, err
+		}
+		for _, set := range sets {
+			if !set.complete { // another reader's rebuild is slow
+				return nil, before, celebs, nil
+			}
+		}
+	}
+
+	seen := make(map[int64]bool, n*len(sets))
+	for _, set := range sets {
+		if len(set.ids) < n {
+			last := before
+			if len(set.ids) > 0 {
+				last = set.ids[len(set.ids)-1]
+			}
+			floor = max(floor, last)
+		}
+		for _, id := range set.ids {
+			if id >= floor && !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(b, a) })
+	if floor > 0 {
+		for len(ids) > 0 && ids[len(ids)-1] < floor {
+			ids = ids[:len(ids)-1]
+		}
+	}
+	if len(ids) > n {
+		ids, floor = ids[:n], 0
+	}
+	return ids, floor, celebs, nil
+}
+
+// readSets reads each sorted set's complete marker and up to n ids below
+// before in one round trip, and keeps each alive for feed.active_days. With
+// user > 0 it also reads that user's cached celebrity list.
+func (f *Feeds) readSets(ctx context.Context, keys []string, user int64, withCelebs bool, before int64, n int) ([]sortedSet, *redis.StringSliceCmd, error) {
+	markers := make([]*redis.FloatCmd, len(keys))
+	ranges := make([]*redis.StringSliceCmd, len(keys))
+	var celebs *redis.StringSliceCmd
 	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		marker = p.ZScore(ctx, key, completeMarker)
-		rng = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
-			Max: "(" + strconv.FormatInt(before, 10), Min: "(0", Count: int64(n),
-		})
-		p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
+		for i, key := range keys {
+			markers[i] = p.ZScore(ctx, key, completeMarker)
+			ranges[i] = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
+				Max: "(" + strconv.FormatInt(before, 10), Min: "(0", Count: int64(n),
+			})
+			p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
+		}
+		if withCelebs && f.cfg.CelebrityThreshold > 0 {
+			celebs = p.SMembers(ctx, f.keys.celebrities(user))
+		}
 		return nil
 	})
 	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, false, fmt.Errorf("read feed %d: %w", userID, err)
+		return nil, nil, fmt.Errorf("read feed: %w", err)
 	}
-	if marker.Err() != nil { // redis.Nil: no complete marker
-		return nil, false, nil
-	}
-	members := rng.Val()
-	ids := make([]int64, 0, len(members))
-	for _, m := range members {
-		if id, err := strconv.ParseInt(m, 10, 64); err == nil {
-			ids = append(ids, id)
+	sets := make([]sortedSet, len(keys))
+	for i := range keys {
+		if markers[i].Err() != nil { // redis.Nil: no complete marker
+			continue
+		}
+		sets[i].complete = true
+		for _, m := range ranges[i].Val() {
+			if id, err := strconv.ParseInt(m, 10, 64); err == nil {
+				sets[i].ids = append(sets[i].ids, id)
+			}
 		}
 	}
-	return ids, true, nil
+	return sets, celebs, nil
 }
 
 // tombstone is the post cache's value for a post that is deleted or missing.
@@ -412,18 +511,30 @@ func (f *Feeds) cachePosts(ctx context.Context, posts []Post, wanted []int64, fo
 	}
 }
 
-// rebuild fills a feed that Redis does not have (lost, evicted, never read)
-// from PostgreSQL. One reader rebuilds; the others wait for it, up to
-// RebuildWait. Pushes that arrive during the rebuild are kept.
+// rebuild fills a feed that Redis does not have (lost, expired, never read)
+// from PostgreSQL: the newest max_len posts of the people the user follows.
 func (f *Feeds) rebuild(ctx context.Context, userID int64) error {
-	lock := f.keys.rebuildLock(userID)
+	return f.rebuildSet(ctx, f.keys.feed(userID), f.keys.rebuildLock(userID), func(ctx context.Context) ([]int64, []Post, error) {
+		posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
+		ids := make([]int64, len(posts))
+		for i, p := range posts {
+			ids[i] = p.ID
+		}
+		return ids, posts, err
+	})
+}
+
+// rebuildSet fills a missing sorted set (a feed or a timeline) with the ids
+// load returns. One reader rebuilds; the others wait for it, up to
+// RebuildWait. Posts pushed while load reads PostgreSQL are kept.
+func (f *Feeds) rebuildSet(ctx context.Context, key, lock string, load func(context.Context) ([]int64, []Post, error)) error {
 	token := randomToken()
 	ok, err := f.rdb.SetNX(ctx, lock, token, 30*time.Second).Result()
 	if err != nil {
-		return fmt.Errorf("rebuild feed %d: lock: %w", userID, err)
+		return fmt.Errorf("rebuild %s: lock: %w", key, err)
 	}
 	if !ok {
-		return f.awaitRebuild(ctx, userID)
+		return f.awaitRebuild(ctx, key)
 	}
 	defer func() {
 		// Release on a fresh context: a cancelled read must not keep the lock.
@@ -432,7 +543,6 @@ func (f *Feeds) rebuild(ctx context.Context, userID int64) error {
 		_ = unlockScript.Run(unlockCtx, f.rdb, []string{lock}, token).Err() // expires anyway
 	}()
 
-	key := f.keys.feed(userID)
 	// The placeholder makes the key exist, so pushes from now on land in it.
 	// It expires like a feed, should this rebuild never finish.
 	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
@@ -440,27 +550,27 @@ func (f *Feeds) rebuild(ctx context.Context, userID int64) error {
 		p.Expire(ctx, key, f.cfg.ActiveTTL)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+		return fmt.Errorf("rebuild %s: %w", key, err)
 	}
-	posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
+	ids, posts, err := load(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+		return fmt.Errorf("rebuild %s: %w", key, err)
 	}
-	args := make([]any, 0, len(posts)+2)
+	args := make([]any, 0, len(ids)+2)
 	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second))
-	for _, p := range posts {
-		args = append(args, p.ID)
+	for _, id := range ids {
+		args = append(args, id)
 	}
 	if err := finishRebuildScript.Run(ctx, f.rdb, []string{key}, args...).Err(); err != nil {
-		return fmt.Errorf("rebuild feed %d: %w", userID, err)
+		return fmt.Errorf("rebuild %s: %w", key, err)
 	}
 	f.cachePosts(ctx, posts, nil, nil)
 	return nil
 }
 
-// awaitRebuild waits until another reader's rebuild completed the feed, or
+// awaitRebuild waits until another reader's rebuild completed the set, or
 // RebuildWait passed; the caller reads again and checks which.
-func (f *Feeds) awaitRebuild(ctx context.Context, userID int64) error {
+func (f *Feeds) awaitRebuild(ctx context.Context, key string) error {
 	deadline := time.Now().Add(f.cfg.RebuildWait)
 	for time.Now().Before(deadline) {
 		select {
@@ -468,12 +578,12 @@ func (f *Feeds) awaitRebuild(ctx context.Context, userID int64) error {
 			return ctx.Err()
 		case <-time.After(20 * time.Millisecond):
 		}
-		err := f.rdb.ZScore(ctx, f.keys.feed(userID), completeMarker).Err()
+		err := f.rdb.ZScore(ctx, key, completeMarker).Err()
 		if err == nil {
 			return nil
 		}
 		if !errors.Is(err, redis.Nil) {
-			return fmt.Errorf("await feed %d rebuild: %w", userID, err)
+			return fmt.Errorf("await rebuild of %s: %w", key, err)
 		}
 	}
 	return nil

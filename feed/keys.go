@@ -34,6 +34,18 @@ func (k keys) rebuildLock(userID int64) string {
 	return k.prefix + "feedlock:{" + strconv.FormatInt(userID, 10) + "}"
 }
 
+func (k keys) timeline(authorID int64) string {
+	return k.prefix + "timeline:{" + strconv.FormatInt(authorID, 10) + "}"
+}
+
+func (k keys) timelineLock(authorID int64) string {
+	return k.prefix + "timelinelock:{" + strconv.FormatInt(authorID, 10) + "}"
+}
+
+func (k keys) celebrities(userID int64) string {
+	return k.prefix + "celebs:{" + strconv.FormatInt(userID, 10) + "}"
+}
+
 func (k keys) post(postID int64) string {
 	return k.prefix + "post:" + strconv.FormatInt(postID, 10)
 }

@@ -151,3 +151,19 @@ func (db *DB) FollowerCount(ctx context.Context, userID int64) (int64, error) {
 	}
 	return n, nil
 }
+
+// CelebrityFollowees returns whom followerID follows among the authors with
+// more than threshold followers.
+func (db *DB) CelebrityFollowees(ctx context.Context, followerID, threshold int64) ([]int64, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT f.followee_id FROM follows f JOIN follower_counts c ON c.user_id = f.followee_id
+WHERE f.follower_id = $1 AND c.followers > $2`, followerID, threshold)
+	if err != nil {
+		return nil, fmt.Errorf("celebrity followees: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("celebrity followees: %w", err)
+	}
+	return ids, nil
+}
