@@ -97,4 +97,3 @@ func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 		return ids, nil, err
 	})
 }
-
