@@ -65,6 +65,12 @@ CREATE TABLE IF NOT EXISTS outbox (
     -- The stream entry id of the last publication: a row due again whose
     -- ticket is still in the stream (workers slow or down) is not published twice.
     ticket       text,
+    -- Chunked fan-out: a big post.created row splits into fanout.chunk rows
+    -- (parent_id, chunk_no) that any worker can take; the parent counts the
+    -- chunks left and is done when the last one is.
+    parent_id    bigint,
+    chunk_no     integer,
+    chunks_left  integer,
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz,
@@ -73,6 +79,11 @@ CREATE TABLE IF NOT EXISTS outbox (
 -- Upgrades of databases created by earlier versions of this file.
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
+-- A parent splits once, however often its ticket is delivered.
+CREATE UNIQUE INDEX IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL;
 
 -- The claim query reads only rows that still need a dispatcher: this partial
 -- index stays small however many finished rows wait for the cleaner.

@@ -300,6 +300,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 		w := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
 			Concurrency:     cfg.Fanout.Concurrency,
 			PageSize:        cfg.Fanout.PageSize,
+			ChunkSize:       cfg.Fanout.ChunkSize,
 			ClaimIdle:       cfg.Queue.ClaimIdle,
 			MaxDeliveries:   cfg.Queue.MaxDeliveries,
 			MaxAttempts:     cfg.Outbox.MaxAttempts,

@@ -14,40 +14,57 @@ import (
 )
 
 // TestWorkerKilledMidFanout: a worker is killed with SIGKILL in the middle of
-// a 20,000-follower fan-out; a new worker takes the ticket over and every
+// a 20,000-follower fan-out — done by one ticket, or split into chunks of
+// 5,000 that any worker can take — and a new worker finishes it: every
 // follower ends with the post exactly once.
 func TestWorkerKilledMidFanout(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, withEnv(
-		"NEWSFEED_FANOUT_PAGE_SIZE=100", // many small pages: a long fan-out to interrupt
-		"NEWSFEED_QUEUE_CLAIM_IDLE=1s",
-	))
-	serve := c.start("serve")
-	c.start("dispatch")
-	w1 := c.start("work")
+	for name, chunk := range map[string]string{"whole": "100000", "chunked": "5000"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			c := newCluster(t, withEnv(
+				"NEWSFEED_FANOUT_PAGE_SIZE=100", // many small pages: a long fan-out to interrupt
+				"NEWSFEED_QUEUE_CLAIM_IDLE=1s",
+				"NEWSFEED_FANOUT_CHUNK_SIZE="+chunk,
+				"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=1000000", // fanned out, not pulled
+			))
+			serve := c.start("serve")
+			c.start("dispatch")
+			w1 := c.start("work")
 
-	const author = 7
-	followers := c.seedFollowers(author, 100_000, 20_000)
-	c.markFeedsBuilt(followers)
+			const author = 7
+			followers := c.seedFollowers(author, 100_000, 20_000)
+			c.markFeedsBuilt(followers)
 
-	p := serve.client(author).post("to twenty thousand")
-	require.Eventually(t, func() bool { return w1.metric("newsfeed_fanout_entries_total") > 0 },
-		30*time.Second, 2*time.Millisecond, "fan-out started")
-	w1.kill()
-	partial := c.feedsHolding(followers, p.ID)
-	t.Logf("worker killed after writing %d of %d feeds", partial, len(followers))
-	require.Less(t, partial, len(followers), "the worker died mid fan-out")
-	require.Equal(t, "published", c.outboxStatus(1), "the event is not finished")
+			p := serve.client(author).post("to twenty thousand")
+			require.Eventually(t, func() bool { return w1.metric("newsfeed_fanout_entries_total") > 0 },
+				30*time.Second, 2*time.Millisecond, "fan-out started")
+			w1.kill()
+			partial := c.feedsHolding(followers, p.ID)
+			t.Logf("worker killed after writing %d of %d feeds", partial, len(followers))
+			require.Less(t, partial, len(followers), "the worker died mid fan-out")
+			require.Equal(t, "published", c.outboxStatus(1), "the post's fan-out is not finished")
 
-	w2 := c.start("work")
-	c.waitOutboxDrained(60 * time.Second)
-	require.Equal(t, len(followers), c.feedsHolding(followers, p.ID))
-	require.Equal(t, float64(len(followers)-partial), w2.metric("newsfeed_fanout_entries_total"),
-		"the new worker wrote exactly the entries the dead one had not")
-	for _, f := range followers[:50] { // and through the API, once each
-		items := serve.client(f).feed()
-		require.Len(t, items, 1)
-		require.Equal(t, p.ID, items[0].ID)
+			w2 := c.start("work")
+			c.waitOutboxDrained(60 * time.Second)
+			require.Equal(t, "done", c.outboxStatus(1))
+			require.Equal(t, len(followers), c.feedsHolding(followers, p.ID))
+			require.Equal(t, float64(len(followers)-partial), w2.metric("newsfeed_fanout_entries_total"),
+				"the new worker wrote exactly the entries the dead one had not")
+			for _, f := range followers[:50] { // and through the API, once each
+				items := serve.client(f).feed()
+				require.Len(t, items, 1)
+				require.Equal(t, p.ID, items[0].ID)
+			}
+			var chunks int
+			require.NoError(t, c.pool.QueryRow(context.Background(),
+				"SELECT count(*) FROM outbox WHERE parent_id = 1 AND status = 'done'").Scan(&chunks))
+			if chunk == "5000" {
+				require.Equal(t, 5, chunks, "4 full chunks and the (empty) rest")
+			} else {
+				require.Zero(t, chunks)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sync"
 	"time"
@@ -26,8 +27,12 @@ import (
 
 // Graph is what the worker reads from the social graph.
 type Graph interface {
-	// FollowerIDs returns up to limit follower ids of authorID above after, ascending.
-	FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error)
+	// FollowerIDRange returns up to limit follower ids of authorID in
+	// (after, until], ascending.
+	FollowerIDRange(ctx context.Context, authorID, after, until int64, limit int) ([]int64, error)
+	// ChunkBoundaries returns the follower ids that end each full chunk of
+	// size followers, ascending.
+	ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error)
 	// IsFollowing reports whether follower follows followee now.
 	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
 	// FollowerCount returns how many followers a user has (a maintained count).
@@ -61,6 +66,12 @@ type Feeds interface {
 type Outbox interface {
 	// Finish marks the event's fan-out finished.
 	Finish(ctx context.Context, id int64) error
+	// SplitFanout writes the chunks of a big fan-out as events of their own
+	// and parks the parent until they are done; it returns the chunk count.
+	SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error)
+	// FinishChunk finishes a chunk and reports whether that finished its
+	// post's fan-out, and when the post was created.
+	FinishChunk(ctx context.Context, id int64) (parentDone bool, postCreated time.Time, err error)
 	// Fail schedules a retry after retryIn, or parks the event dead after maxAttempts.
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
 	// Bury parks the event dead at once.
@@ -84,6 +95,9 @@ type Config struct {
 	Concurrency int
 	// PageSize is followers read and written per round trip. Defaults to 1000.
 	PageSize int
+	// ChunkSize: a fan-out to more followers is split into chunks of this
+	// many that any worker can take (fanout.chunk_size). Defaults to 5000.
+	ChunkSize int
 	// ClaimIdle is when a ticket held by a silent consumer is taken over;
 	// the worker touches its own tickets well within it. Defaults to 30s.
 	ClaimIdle time.Duration
@@ -111,6 +125,7 @@ type Config struct {
 func (c *Config) setDefaults() {
 	setDefault(&c.Concurrency, 64)
 	setDefault(&c.PageSize, 1000)
+	setDefault(&c.ChunkSize, 5000)
 	setDefault(&c.ClaimIdle, 30*time.Second)
 	setDefault(&c.MaxDeliveries, 5)
 	setDefault(&c.MaxAttempts, 10)
@@ -267,16 +282,18 @@ func (w *Worker) process(ctx context.Context, t queue.Ticket) {
 	case ctx.Err() != nil:
 		w.metrics.tickets.WithLabelValues(t.Type, "abandoned").Inc()
 		return // shutting down: the ticket stays pending and is redelivered
+	case errors.Is(err, errSplit):
+		// The chunks are events of their own now; the parent finishes with
+		// the last of them.
+		w.ack(ctx, log, t)
+		w.metrics.tickets.WithLabelValues(t.Type, "split").Inc()
 	case err == nil:
-		if err := w.outbox.Finish(ctx, t.ID); err != nil {
+		if err := w.finish(ctx, t); err != nil {
 			log.Warn("cannot record finished fan-out; the ticket will be redelivered", zap.Error(err))
 			return
 		}
 		w.ack(ctx, log, t)
 		w.metrics.tickets.WithLabelValues(t.Type, "done").Inc()
-		if t.Type == outbox.PostCreated {
-			w.metrics.delivery.Observe(time.Since(t.CreatedAt).Seconds())
-		}
 	case errors.As(err, new(*permanentError)):
 		w.bury(ctx, log, t, err.Error())
 	default:
@@ -298,6 +315,30 @@ func (w *Worker) process(ctx context.Context, t queue.Ticket) {
 		w.ack(ctx, log, t) // the outbox row is pending again and owns the retry
 	}
 }
+
+// finish records the event finished and observes the delivery latency of a
+// post whose fan-out this completes.
+func (w *Worker) finish(ctx context.Context, t queue.Ticket) error {
+	switch t.Type {
+	case outbox.FanoutChunk:
+		done, created, err := w.outbox.FinishChunk(ctx, t.ID)
+		if err == nil && done {
+			w.metrics.delivery.Observe(time.Since(created).Seconds())
+		}
+		return err
+	case outbox.PostCreated:
+		if err := w.outbox.Finish(ctx, t.ID); err != nil {
+			return err
+		}
+		w.metrics.delivery.Observe(time.Since(t.CreatedAt).Seconds())
+		return nil
+	default:
+		return w.outbox.Finish(ctx, t.ID)
+	}
+}
+
+// errSplit says that a fan-out was split into chunks instead of done.
+var errSplit = errors.New("fan-out split into chunks")
 
 func (w *Worker) bury(ctx context.Context, log *zap.Logger, t queue.Ticket, cause string) {
 	w.metrics.tickets.WithLabelValues(t.Type, "dead").Inc()
@@ -364,9 +405,15 @@ func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
 		if t.Type == outbox.PostCreated {
-			return w.pushPost(ctx, p)
+			return w.pushPost(ctx, t.ID, p)
 		}
 		return w.removePost(ctx, p)
+	case outbox.FanoutChunk:
+		var c outbox.ChunkPayload
+		if err := json.Unmarshal(t.Payload, &c); err != nil || c.PostID <= 0 || c.AuthorID <= 0 || c.After < 0 || c.Until < 0 {
+			return permanent("malformed %s payload %q", t.Type, t.Payload)
+		}
+		return w.pushChunk(ctx, c)
 	case outbox.FollowCreated, outbox.FollowDeleted:
 		var p outbox.FollowPayload
 		if err := json.Unmarshal(t.Payload, &p); err != nil || p.FollowerID <= 0 || p.FolloweeID <= 0 {
@@ -384,7 +431,7 @@ func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
 // eachFollowerPage calls fn with the author's followers, one keyset page at
 // a time: memory stays flat however many followers there are. The next page
 // is read from PostgreSQL while fn writes the current one to Redis.
-func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([]int64) error) error {
+func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until int64, fn func([]int64) error) error {
 	type page struct {
 		ids []int64
 		err error
@@ -394,9 +441,11 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([
 	pages := make(chan page, 1)
 	go func() {
 		defer close(pages)
-		after := int64(0)
+		if until <= 0 {
+			until = math.MaxInt64
+		}
 		for {
-			ids, err := w.graph.FollowerIDs(ctx, authorID, after, w.cfg.PageSize)
+			ids, err := w.graph.FollowerIDRange(ctx, authorID, after, until, w.cfg.PageSize)
 			select {
 			case pages <- page{ids, err}:
 			case <-ctx.Done():
@@ -422,19 +471,25 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID int64, fn func([
 	return nil
 }
 
-func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
-	author, deleted, found, err := w.graph.PostStatus(ctx, p.PostID)
+// deliverable checks that the post is there to deliver: missing is an error
+// worth retrying (a replica may lag, an operator may restore it), by
+// somebody else is a malformed event, deleted is nothing to do.
+func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (bool, error) {
+	author, deleted, found, err := w.graph.PostStatus(ctx, postID)
 	switch {
 	case err != nil:
-		return err
+		return false, err
 	case !found:
-		// Not a permanent error: a replica may lag, or an operator may
-		// restore the post; retried with backoff, then dead.
-		return fmt.Errorf("post %d does not exist", p.PostID)
-	case author != p.AuthorID:
-		return permanent("post %d is by user %d, not %d", p.PostID, author, p.AuthorID)
-	case deleted:
-		return nil // nothing to deliver; post.deleted cleans what was
+		return false, fmt.Errorf("post %d does not exist", postID)
+	case author != authorID:
+		return false, permanent("post %d is by user %d, not %d", postID, author, authorID)
+	}
+	return !deleted, nil // a deleted post: post.deleted cleans what was
+}
+
+func (w *Worker) pushPost(ctx context.Context, eventID int64, p outbox.PostPayload) error {
+	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
+		return err
 	}
 	followers, err := w.graph.FollowerCount(ctx, p.AuthorID)
 	if err != nil {
@@ -443,8 +498,44 @@ func (w *Worker) pushPost(ctx context.Context, p outbox.PostPayload) error {
 	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
 		return w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
 	}
-	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
-		added, err := w.feeds.Push(ctx, p.PostID, followers)
+	if followers > int64(w.cfg.ChunkSize) {
+		return w.split(ctx, eventID, p)
+	}
+	return w.push(ctx, p.PostID, p.AuthorID, 0, 0)
+}
+
+// split turns a big fan-out into chunks of ChunkSize followers, each an
+// outbox event that any worker can take and that is retried on its own.
+func (w *Worker) split(ctx context.Context, eventID int64, p outbox.PostPayload) error {
+	bounds, err := w.graph.ChunkBoundaries(ctx, p.AuthorID, w.cfg.ChunkSize)
+	if err != nil {
+		return err
+	}
+	chunks := make([]outbox.ChunkPayload, 0, len(bounds)+1)
+	after := int64(0)
+	for _, b := range bounds {
+		chunks = append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
+		after = b
+	}
+	chunks = append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
+	if _, err := w.outbox.SplitFanout(ctx, eventID, chunks); err != nil {
+		return err
+	}
+	return errSplit
+}
+
+func (w *Worker) pushChunk(ctx context.Context, c outbox.ChunkPayload) error {
+	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
+		return err
+	}
+	return w.push(ctx, c.PostID, c.AuthorID, c.After, c.Until)
+}
+
+// push writes a post into the feeds of the author's followers in (after,
+// until] (until 0: no bound).
+func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64) error {
+	return w.eachFollowerPage(ctx, authorID, after, until, func(followers []int64) error {
+		added, err := w.feeds.Push(ctx, postID, followers)
 		w.metrics.entries.Add(float64(added))
 		return err
 	})
@@ -457,7 +548,7 @@ func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
 		return err
 	}
-	return w.eachFollowerPage(ctx, p.AuthorID, func(followers []int64) error {
+	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(followers []int64) error {
 		return w.feeds.Remove(ctx, followers, []int64{p.PostID})
 	})
 }

@@ -542,6 +542,12 @@ func (f *Feeds) rebuildSet(ctx context.Context, key, lock string, load func(cont
 		defer cancel()
 		_ = unlockScript.Run(unlockCtx, f.rdb, []string{lock}, token).Err() // expires anyway
 	}()
+	// Another reader may have rebuilt it between our read and our lock.
+	if err := f.rdb.ZScore(ctx, key, completeMarker).Err(); err == nil {
+		return nil
+	} else if !errors.Is(err, redis.Nil) {
+		return fmt.Errorf("rebuild %s: %w", key, err)
+	}
 
 	// The placeholder makes the key exist, so pushes from now on land in it.
 	// It expires like a feed, should this rebuild never finish.

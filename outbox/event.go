@@ -11,6 +11,9 @@ const (
 	PostDeleted   = "post.deleted"
 	FollowCreated = "follow.created"
 	FollowDeleted = "follow.deleted"
+	// FanoutChunk is one chunk of a big post.created fan-out: the
+	// followers in (After, Until] of one post.
+	FanoutChunk = "fanout.chunk"
 )
 
 // Event is one outbox row as the dispatcher claims it and the queue carries it.
@@ -35,6 +38,16 @@ type Event struct {
 type PostPayload struct {
 	PostID   int64 `json:"post_id"`
 	AuthorID int64 `json:"author_id"`
+}
+
+// ChunkPayload is the payload of fanout.chunk.
+type ChunkPayload struct {
+	PostID   int64 `json:"post_id"`
+	AuthorID int64 `json:"author_id"`
+	// After and Until bound the follower ids of the chunk: After < id <= Until.
+	// Until 0 means no upper bound (the last chunk).
+	After int64 `json:"after"`
+	Until int64 `json:"until"`
 }
 
 // FollowPayload is the payload of follow.created and follow.deleted.

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -128,9 +129,14 @@ func (db *DB) listFollows(ctx context.Context, sql string, userID int64, after *
 // FollowerIDs returns up to limit follower ids of authorID greater than after,
 // ascending: one keyset page of a fan-out, served by the primary key.
 func (db *DB) FollowerIDs(ctx context.Context, authorID, after int64, limit int) ([]int64, error) {
+	return db.FollowerIDRange(ctx, authorID, after, math.MaxInt64, limit)
+}
+
+// FollowerIDRange is FollowerIDs for the followers up to until (a chunk).
+func (db *DB) FollowerIDRange(ctx context.Context, authorID, after, until int64, limit int) ([]int64, error) {
 	rows, err := db.read.Query(ctx, `
-SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id > $2
-ORDER BY follower_id LIMIT $3`, authorID, after, limit)
+SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id > $2 AND follower_id <= $3
+ORDER BY follower_id LIMIT $4`, authorID, after, until, limit)
 	if err != nil {
 		return nil, fmt.Errorf("follower ids: %w", err)
 	}

@@ -2,6 +2,7 @@ package store
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -46,13 +47,13 @@ func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outb
 }
 
 // MarkPublished records that the queue holds tickets[i] for row ids[i]. A row
-// that a fast worker already finished stays finished. If no worker reports
+// that a fast worker already finished, or split into chunks, stays so. If no worker reports
 // the fan-out finished within redeliverAfter, the row is due again.
 func (db *DB) MarkPublished(ctx context.Context, ids []int64, tickets []string, redeliverAfter time.Duration) error {
 	_, err := db.primary.Exec(ctx, `
 UPDATE outbox o SET status = 'published', published_at = now(), due_at = now() + $3::interval, ticket = t.ticket
 FROM unnest($1::bigint[], $2::text[]) AS t(id, ticket)
-WHERE o.id = t.id AND o.status = 'publishing'`, ids, tickets, redeliverAfter)
+WHERE o.id = t.id AND o.status = 'publishing' AND o.chunks_left IS NULL`, ids, tickets, redeliverAfter)
 	if err != nil {
 		return fmt.Errorf("mark outbox rows published: %w", err)
 	}
@@ -160,4 +161,85 @@ FROM outbox WHERE status IN ('pending', 'publishing', 'published', 'dead')`).
 	}
 	s.OldestPendingAge = time.Duration(oldest * float64(time.Second))
 	return s, nil
+}
+
+// ChunkBoundaries returns the follower ids that end each full chunk of size
+// followers of authorID, ascending: chunk k holds the followers above
+// boundary k-1 up to boundary k, and the last chunk those above the last
+// boundary. One index-only pass over the author's followers.
+func (db *DB) ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error) {
+	rows, err := db.read.Query(ctx, `
+SELECT follower_id FROM (
+    SELECT follower_id, row_number() OVER (ORDER BY follower_id) AS rn
+    FROM follows WHERE followee_id = $1
+) t WHERE rn % $2 = 0 ORDER BY follower_id`, authorID, size)
+	if err != nil {
+		return nil, fmt.Errorf("chunk boundaries: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("chunk boundaries: %w", err)
+	}
+	return ids, nil
+}
+
+// SplitFanout writes one fanout.chunk row per chunk of the parent event's
+// followers and parks the parent until its chunks are done, in one
+// statement, and wakes the dispatchers. Splitting again (a redelivered
+// parent) changes nothing. It returns how many chunks the parent has.
+func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error) {
+	payloads := make([]string, len(chunks))
+	for i, c := range chunks {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return 0, fmt.Errorf("split fan-out: %w", err)
+		}
+		payloads[i] = string(b)
+	}
+	var n int
+	err := db.primary.QueryRow(ctx, `
+WITH c AS (
+    INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
+    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, $1, p.no, (SELECT created_at FROM outbox WHERE id = $1)
+    FROM unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
+    ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING
+), parent AS (
+    UPDATE outbox SET chunks_left = COALESCE(chunks_left, $3), due_at = 'infinity'
+    WHERE id = $1 AND status IN ('publishing', 'published')
+    RETURNING chunks_left
+)
+SELECT COALESCE((SELECT chunks_left FROM parent), 0), pg_notify($4, '')`,
+		parentID, payloads, len(chunks), OutboxChannel).Scan(&n, new(string))
+	if err != nil {
+		return 0, fmt.Errorf("split fan-out of outbox row %d: %w", parentID, err)
+	}
+	return n, nil
+}
+
+// FinishChunk marks a chunk finished and counts it off its parent, which is
+// done with its last chunk. It reports whether this finished the parent, and
+// the parent's creation time (the post's) for the delivery latency.
+func (db *DB) FinishChunk(ctx context.Context, id int64) (parentDone bool, postCreated time.Time, err error) {
+	var status *string
+	var created *time.Time
+	err = db.primary.QueryRow(ctx, `
+WITH c AS (
+    UPDATE outbox SET status = 'done', finished_at = now(), last_error = NULL
+    WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
+    RETURNING parent_id
+), p AS (
+    UPDATE outbox SET chunks_left = chunks_left - 1,
+        status = CASE WHEN chunks_left = 1 THEN 'done' ELSE status END,
+        finished_at = CASE WHEN chunks_left = 1 THEN now() END
+    WHERE id = (SELECT parent_id FROM c)
+    RETURNING status, created_at
+)
+SELECT (SELECT status FROM p), (SELECT created_at FROM p)`, id).Scan(&status, &created)
+	if err != nil {
+		return false, time.Time{}, fmt.Errorf("finish chunk %d: %w", id, err)
+	}
+	if status == nil || *status != "done" {
+		return false, time.Time{}, nil
+	}
+	return true, *created, nil
 }
