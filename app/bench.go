@@ -91,6 +91,7 @@ redis.prefix and auth.secret of this configuration.`,
 	f.DurationVar(&opts.StageTime, "stage-time", 3*time.Second, "length of one throughput measurement")
 	f.DurationVar(&opts.LatencyTime, "latency-time", 5*time.Second, "length of each open-loop latency measurement")
 	f.IntVar(&opts.BigFollowers, "big", 100_000, "followers of the big fan-out")
+	f.IntVar(&opts.ChunkFollowers, "chunked", 200_000, "followers of the chunked fan-out done by one and by two worker processes")
 	f.BoolVar(&million, "million", false, "big fan-out to 1,000,000 followers")
 	f.IntVar(&opts.FanoutPosts, "fanout-posts", 1000, "posts (to 1,000 followers each) of the fan-out stage")
 	f.StringVar(&out, "out", "bench-results", "directory for bench.json, bench.md and the latency plot")

@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,9 @@ type Options struct {
 	Runs int
 	// BigFollowers is the follower count of the big fan-out. Defaults to 100,000.
 	BigFollowers int
+	// ChunkFollowers is the follower count of the chunked fan-out done by one
+	// and then two worker processes. Defaults to 200,000.
+	ChunkFollowers int
 	// FanoutPosts is the posts of the fan-out stage, to 1,000 followers each. Defaults to 1,000.
 	FanoutPosts int
 	// LatencyTime is how long each open-loop latency measurement runs. Defaults to 5s.
@@ -64,6 +68,7 @@ func (o *Options) setDefaults() {
 	def(&o.Concurrency, 32)
 	def(&o.Runs, 3)
 	def(&o.BigFollowers, 100_000)
+	def(&o.ChunkFollowers, 200_000)
 	def(&o.FanoutPosts, 1000)
 	def(&o.Readers, 64)
 	def(&o.PageSize, 1000)
@@ -131,6 +136,8 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
 		{"big fan-out", r.bigFanout},
+		{"chunked fan-out, 1 and 2 workers", r.chunkedFanout},
+		{"inactive followers", r.inactiveFollowers},
 	}
 	for _, s := range stages {
 		fmt.Fprintf(progress, "stage: %s\n", s.name)
@@ -567,31 +574,10 @@ func (r *runner) bigFanout(ctx context.Context) error {
 		}
 		defer func() { _ = proc.Kill(); _, _ = proc.Wait() }()
 	}
-	after, err := r.lastOutboxID(ctx)
+	fmt.Fprintf(r.progress, "  one post to %s followers…\n", humanInt(r.opts.BigFollowers))
+	took, err := r.timeOnePost(ctx, authorBig)
 	if err != nil {
 		return err
-	}
-	if err := r.post(ctx, authorBig); err != nil {
-		return err
-	}
-	fmt.Fprintf(r.progress, "  one post to %s followers…\n", humanInt(r.opts.BigFollowers))
-	var took time.Duration
-	for {
-		var status string
-		var secs float64
-		err := r.pool.QueryRow(ctx, `SELECT status, COALESCE(extract(epoch FROM finished_at - created_at)::float8, 0)
-			FROM outbox WHERE id > $1 AND event_type = 'post.created' ORDER BY id LIMIT 1`, after).Scan(&status, &secs)
-		if err != nil {
-			return err
-		}
-		if status == "done" {
-			took = time.Duration(secs * float64(time.Second))
-			break
-		}
-		if status == "dead" {
-			return errors.New("the big fan-out died")
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	var peakRSS float64
 	if proc != nil {
@@ -611,6 +597,131 @@ func (r *runner) bigFanout(ctx context.Context) error {
 		Name: "big fan-out", Unit: "s", Ours: took.Seconds(), Limit: raw.Seconds(), Ratio: took.Seconds() / raw.Seconds(),
 		Target: "≤ 1.5× (time)", Note: note,
 	})
+	return nil
+}
+
+// timeOnePost posts once as author and returns the time from the post's
+// commit to the end of its fan-out (chunks included), on the database clock.
+func (r *runner) timeOnePost(ctx context.Context, author int64) (time.Duration, error) {
+	after, err := r.lastOutboxID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.post(ctx, author); err != nil {
+		return 0, err
+	}
+	for {
+		var status string
+		var secs float64
+		err := r.pool.QueryRow(ctx, `SELECT status, COALESCE(extract(epoch FROM finished_at - created_at)::float8, 0)
+			FROM outbox WHERE id > $1 AND event_type = 'post.created' ORDER BY id LIMIT 1`, after).Scan(&status, &secs)
+		if err != nil {
+			return 0, err
+		}
+		switch status {
+		case "done":
+			return time.Duration(secs * float64(time.Second)), nil
+		case "dead":
+			return 0, errors.New("the fan-out died")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// chunkedFanout: one post to ChunkFollowers followers, split into chunks
+// (fanout.chunk_size), done by one worker process and then by two.
+func (r *runner) chunkedFanout(ctx context.Context) error {
+	if r.h.StopWorkers == nil || r.h.StartWorker == nil {
+		fmt.Fprintln(r.progress, "  skipped: needs worker processes of its own (not with --api)")
+		return nil
+	}
+	var took []time.Duration
+	var procs []*os.Process
+	defer func() {
+		for _, p := range procs {
+			_ = p.Kill()
+			_, _ = p.Wait()
+		}
+	}()
+	for workers := 1; workers <= 2; workers++ {
+		p, err := r.h.StartWorker(ctx)
+		if err != nil {
+			return fmt.Errorf("start worker process: %w", err)
+		}
+		procs = append(procs, p)
+		d, err := r.timeOnePost(ctx, authorWide)
+		if err != nil {
+			return err
+		}
+		took = append(took, d)
+		fmt.Fprintf(r.progress, "  %d worker process(es): %s\n", workers, d.Round(time.Millisecond))
+	}
+	r.report.add(Stage{
+		Name: "chunked fan-out, 2 workers vs 1", Unit: "s", Ours: took[1].Seconds(), Limit: took[0].Seconds(),
+		Ratio: took[1].Seconds() / took[0].Seconds(), Target: "< 1 where cores allow",
+		Note: fmt.Sprintf("one post to %s followers in chunks; limit column: the same with one worker process; %d CPUs shared with PostgreSQL, Redis and the load",
+			humanInt(r.opts.ChunkFollowers), runtime.NumCPU()),
+	})
+	return nil
+}
+
+// inactiveFollowers: one post to an author's 20,000 followers, half of whom
+// have been away past feed.active_days (their feeds expired): the work and
+// Redis memory that skipping them saves.
+func (r *runner) inactiveFollowers(ctx context.Context) error {
+	if r.h.StopWorkers != nil && r.h.StartWorker != nil {
+		p, err := r.h.StartWorker(ctx)
+		if err != nil {
+			return fmt.Errorf("start worker process: %w", err)
+		}
+		defer func() { _ = p.Kill(); _, _ = p.Wait() }()
+	}
+	if _, err := r.timeOnePost(ctx, authorAway); err != nil {
+		return err
+	}
+	users := make([]int64, awayFollowers)
+	for i := range users {
+		users[i] = int64(awayBase + i)
+	}
+	written, feeds, bytes := 0, 0, int64(0)
+	for start := 0; start < len(users); start += 1000 {
+		batch := users[start:min(start+1000, len(users))]
+		cards := make([]*redis.IntCmd, len(batch))
+		mem := make([]*redis.IntCmd, len(batch))
+		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, u := range batch {
+				cards[i] = p.ZCard(ctx, r.feedKey(u))
+				mem[i] = p.MemoryUsage(ctx, r.feedKey(u))
+			}
+			return nil
+		}); err != nil && !errors.Is(err, redis.Nil) {
+			return err
+		}
+		for i := range batch {
+			if n := cards[i].Val(); n > 0 {
+				feeds++
+				written += int(n) - 1 // but the marker
+				bytes += mem[i].Val()
+			}
+		}
+	}
+	perFeed := float64(bytes) / float64(max(feeds, 1))
+	saved := float64(awayFollowers-feeds) * perFeed
+	// A feed that has filled up (a reader of the read stage) costs more.
+	full := float64(r.rdb.MemoryUsage(ctx, r.feedKey(readerBase)).Val())
+	r.report.add(Stage{
+		Name: "inactive followers skipped", Unit: "entries", Ours: float64(written), Limit: float64(awayFollowers),
+		Ratio: float64(written) / float64(awayFollowers), Target: "work ∝ active followers",
+		Note: fmt.Sprintf("one post to %s followers, half away: %d entries written, %d feeds in Redis (%.0f B each here), "+
+			"%.1f MB not kept for the %d away — %.1f MB at %.0f KB for a feed filled to feed.max_len",
+			humanInt(awayFollowers), written, feeds, perFeed, saved/1e6, awayFollowers-feeds,
+			float64(awayFollowers-feeds)*full/1e6, full/1e3),
+	})
+	fmt.Fprintf(r.progress, "  %d of %d followers written; %.1f MB of feeds not kept\n", written, awayFollowers, saved/1e6)
 	return nil
 }
 

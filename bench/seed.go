@@ -21,6 +21,8 @@ const (
 	author1k   = 2  // latency stage: 1,000 followers
 	author10k  = 3  // latency stage: 10,000 followers
 	authorBig  = 4  // big fan-out stage
+	authorWide = 5  // chunked fan-out stage: ChunkFollowers followers
+	authorAway = 6  // inactive followers stage: awayFollowers followers, half of them away
 	fanoutBase = 10 // fan-out stage: authors 10..19 with 1,000 followers
 	fanoutN    = 10
 	quietBase  = 100 // post-creation stage: authors without followers
@@ -28,14 +30,17 @@ const (
 	readBase   = 200 // read stage: authors 200..209 with seeded posts
 	readN      = 10
 	readerBase = 500_000 // read stage: readers 500000.. follow the 10 read authors
+
+	awayBase      = 5_000_000 // inactive followers stage: their own followers
+	awayFollowers = 20_000
 )
 
 type graph struct {
 	edges map[int64]int // author → followers
 }
 
-func newGraph(big int) graph {
-	g := graph{edges: map[int64]int{author100: 100, author1k: 1000, author10k: 10_000, authorBig: big}}
+func newGraph(big, wide int) graph {
+	g := graph{edges: map[int64]int{author100: 100, author1k: 1000, author10k: 10_000, authorBig: big, authorWide: wide}}
 	for i := range fanoutN {
 		g.edges[int64(fanoutBase+i)] = 1000
 	}
@@ -95,13 +100,16 @@ func newBar(w io.Writer, n int, what string) *progressbar.ProgressBar {
 // COPY, straight into PostgreSQL, and marks every follower's feed as built
 // in Redis (as after their first read), so that fan-out writes them.
 func (r *runner) seed(ctx context.Context) error {
-	g := newGraph(r.opts.BigFollowers)
+	g := newGraph(r.opts.BigFollowers, r.opts.ChunkFollowers)
 	type edge struct{ author, follower int64 }
 	var edges []edge
 	for a, n := range g.edges {
 		for i := range n {
 			edges = append(edges, edge{a, int64(FollowerBase + i)})
 		}
+	}
+	for i := range awayFollowers {
+		edges = append(edges, edge{authorAway, int64(awayBase + i)})
 	}
 	for reader := range r.opts.Readers {
 		for a := range readN {
@@ -131,20 +139,28 @@ func (r *runner) seed(ctx context.Context) error {
 		return fmt.Errorf("seed posts: %w", err)
 	}
 
-	// Feeds exist for every follower: they have read before.
-	n := g.maxFollowers()
-	bar = newBar(r.progress, n, "build feeds   ")
-	for start := 0; start < n; start += 5000 {
+	// Feeds exist for every follower (they have read before), but for the
+	// odd half of authorAway's, who have been away longer than
+	// feed.active_days: their feeds expired.
+	users := make([]int64, 0, g.maxFollowers()+awayFollowers/2)
+	for i := range g.maxFollowers() {
+		users = append(users, int64(FollowerBase+i))
+	}
+	for i := 0; i < awayFollowers; i += 2 {
+		users = append(users, int64(awayBase+i))
+	}
+	bar = newBar(r.progress, len(users), "build feeds   ")
+	for start := 0; start < len(users); start += 5000 {
 		_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := start; i < min(start+5000, n); i++ {
-				p.ZAdd(ctx, r.feedKey(int64(FollowerBase+i)), redis.Z{Score: 0, Member: "0"})
+			for _, u := range users[start:min(start+5000, len(users))] {
+				p.ZAdd(ctx, r.feedKey(u), redis.Z{Score: 0, Member: "0"})
 			}
 			return nil
 		})
 		if err != nil {
 			return fmt.Errorf("build feeds: %w", err)
 		}
-		_ = bar.Set(min(start+5000, n))
+		_ = bar.Set(min(start+5000, len(users)))
 	}
 	return nil
 }
