@@ -95,6 +95,7 @@ redis.prefix and auth.secret of this configuration.`,
 	f.BoolVar(&million, "million", false, "big fan-out to 1,000,000 followers")
 	f.IntVar(&opts.FanoutPosts, "fanout-posts", 1000, "posts (to 1,000 followers each) of the fan-out stage")
 	f.StringVar(&out, "out", "bench-results", "directory for bench.json, bench.md and the latency plot")
+	f.StringSliceVar(&opts.Stages, "stages", nil, "run only the stages whose names contain these words (e.g. fan-out,reads)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the roles in process and the load) to this file")
 	f.StringVar(&apiURL, "api", "", "measure running processes behind this API URL instead of in-process roles")
 	return cmd

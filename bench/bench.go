@@ -57,6 +57,9 @@ type Options struct {
 	PageSize int
 	// MaxLen is feed.max_len. Defaults to 800.
 	MaxLen int
+	// Stages, when not empty, runs only the stages whose names contain one
+	// of these words (for profiling one stage).
+	Stages []string
 }
 
 func (o *Options) setDefaults() {
@@ -140,6 +143,9 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"inactive followers", r.inactiveFollowers},
 	}
 	for _, s := range stages {
+		if !selected(s.name, opts.Stages) {
+			continue
+		}
 		fmt.Fprintf(progress, "stage: %s\n", s.name)
 		if err := s.fn(ctx); err != nil {
 			return r.report, fmt.Errorf("%s: %w", s.name, err)
@@ -738,6 +744,18 @@ func vmHWM(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+func selected(name string, only []string) bool {
+	if len(only) == 0 {
+		return true
+	}
+	for _, w := range only {
+		if strings.Contains(name, w) {
+			return true
+		}
+	}
+	return false
 }
 
 func median(v []float64) float64 {

@@ -22,9 +22,10 @@ var pushManyScript = redis.NewScript(`
 local maxlen = tonumber(ARGV[2])
 local added = 0
 for i = 1, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then
+  local n = redis.call('ZCARD', KEYS[i]) -- 0: no feed (a feed holds its marker)
+  if n > 0 then
     added = added + redis.call('ZADD', KEYS[i], ARGV[1], ARGV[1])
-    if redis.call('ZCARD', KEYS[i]) > maxlen + 1 then
+    if n > maxlen then
       redis.call('ZREMRANGEBYRANK', KEYS[i], 1, -(maxlen + 1))
     end
   end
