@@ -114,6 +114,22 @@ type runner struct {
 	progress io.Writer
 	tokens   sync.Map
 	report   *Report
+	// ownWorkers is set once the in-process workers are stopped for worker
+	// processes of the bench's own.
+	ownWorkers bool
+}
+
+// stopInProcessWorkers stops the in-process workers, once, and reports
+// whether the bench can run worker processes of its own.
+func (r *runner) stopInProcessWorkers() bool {
+	if r.h.StopWorkers == nil || r.h.StartWorker == nil {
+		return false
+	}
+	if !r.ownWorkers {
+		r.h.StopWorkers()
+		r.ownWorkers = true
+	}
+	return true
 }
 
 // Run seeds the graph, runs every stage and returns the report.
@@ -572,8 +588,7 @@ func (r *runner) rawRead(ctx context.Context, user int64) error {
 // memory of the worker process that did it.
 func (r *runner) bigFanout(ctx context.Context) error {
 	var proc *os.Process
-	if r.h.StopWorkers != nil && r.h.StartWorker != nil {
-		r.h.StopWorkers()
+	if r.stopInProcessWorkers() {
 		var err error
 		if proc, err = r.h.StartWorker(ctx); err != nil {
 			return fmt.Errorf("start worker process: %w", err)
@@ -641,7 +656,7 @@ func (r *runner) timeOnePost(ctx context.Context, author int64) (time.Duration, 
 // chunkedFanout: one post to ChunkFollowers followers, split into chunks
 // (fanout.chunk_size), done by one worker process and then by two.
 func (r *runner) chunkedFanout(ctx context.Context) error {
-	if r.h.StopWorkers == nil || r.h.StartWorker == nil {
+	if !r.stopInProcessWorkers() {
 		fmt.Fprintln(r.progress, "  skipped: needs worker processes of its own (not with --api)")
 		return nil
 	}
@@ -679,7 +694,7 @@ func (r *runner) chunkedFanout(ctx context.Context) error {
 // have been away past feed.active_days (their feeds expired): the work and
 // Redis memory that skipping them saves.
 func (r *runner) inactiveFollowers(ctx context.Context) error {
-	if r.h.StopWorkers != nil && r.h.StartWorker != nil {
+	if r.ownWorkers { // the in-process workers were stopped: bring one
 		p, err := r.h.StartWorker(ctx)
 		if err != nil {
 			return fmt.Errorf("start worker process: %w", err)
