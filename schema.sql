@@ -38,7 +38,10 @@ CREATE INDEX IF NOT EXISTS follows_following_idx ON follows (follower_id, create
 -- "push or pull" without counting a million rows per post.
 CREATE TABLE IF NOT EXISTS follower_counts (
     user_id   bigint PRIMARY KEY,
-    followers bigint NOT NULL DEFAULT 0
+    followers bigint NOT NULL DEFAULT 0,
+    -- Set once the author's posts go to their timeline instead of feeds
+    -- (a celebrity), never cleared: readers keep merging that timeline.
+    pulled    boolean NOT NULL DEFAULT false
 );
 
 -- The transactional outbox: one row per delivery intent, written in the same
@@ -82,6 +85,7 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
+ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;
 -- A parent splits once, however often its ticket is delivered.
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL;
 

@@ -35,8 +35,11 @@ type Graph interface {
 	ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error)
 	// IsFollowing reports whether follower follows followee now.
 	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
-	// FollowerCount returns how many followers a user has (a maintained count).
-	FollowerCount(ctx context.Context, userID int64) (int64, error)
+	// Reach returns how many followers a user has (a maintained count) and
+	// whether their posts were ever pulled at read time.
+	Reach(ctx context.Context, userID int64) (followers int64, pulled bool, err error)
+	// MarkPulled records, for good, that a user's posts are pulled at read time.
+	MarkPulled(ctx context.Context, userID int64) error
 	// PostStatus tells whether a post exists, its author and whether it is deleted.
 	PostStatus(ctx context.Context, postID int64) (authorID int64, deleted, found bool, err error)
 }
@@ -491,12 +494,24 @@ func (w *Worker) pushPost(ctx context.Context, eventID int64, p outbox.PostPaylo
 	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
 		return err
 	}
-	followers, err := w.graph.FollowerCount(ctx, p.AuthorID)
+	followers, pulled, err := w.graph.Reach(ctx, p.AuthorID)
 	if err != nil {
 		return err
 	}
 	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
+		if !pulled {
+			if err := w.graph.MarkPulled(ctx, p.AuthorID); err != nil {
+				return err
+			}
+		}
 		return w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
+	}
+	if pulled {
+		// A former celebrity: readers still merge the timeline (it holds
+		// the posts that went nowhere else), so it must stay complete.
+		if err := w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+			return err
+		}
 	}
 	if followers > int64(w.cfg.ChunkSize) {
 		return w.split(ctx, eventID, p)

@@ -126,7 +126,9 @@ func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int,
 // Merge adds posts to the feed of userID, if the feed exists, and trims it.
 // When floor > 0 the merged posts are not known to be complete below floor,
 // so the feed's entries older than floor are dropped (reads go on in
-// PostgreSQL there). It returns how many were new.
+// PostgreSQL there). Posts older than what a feed holds are left out, and a
+// feed under rebuild is dropped (see mergeScript). It returns how many were
+// new.
 func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64, floor int64) (int, error) {
 	if len(postIDs) == 0 {
 		return 0, nil
@@ -197,7 +199,14 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 	if err != nil {
 		return fmt.Errorf("unfill feed %d: %w", follower, err)
 	}
-	return f.Remove(ctx, []int64{follower}, ids)
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = id
+	}
+	if err := unfollowScript.Run(ctx, f.rdb, []string{f.keys.feed(follower)}, args...).Err(); err != nil {
+		return fmt.Errorf("unfill feed %d: %w", follower, err)
+	}
+	return nil
 }
 
 // Remove takes posts out of the feeds of users, in one round trip per batch.
@@ -233,9 +242,10 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 	return nil
 }
 
-// Drop deletes a user's feed; the next read rebuilds it from PostgreSQL.
+// Drop deletes a user's feed and cached celebrity list; the next read
+// rebuilds them from PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
-	if err := f.rdb.Del(ctx, f.keys.feed(userID)).Err(); err != nil {
+	if err := f.rdb.Del(ctx, f.keys.feed(userID), f.keys.celebrities(userID)).Err(); err != nil {
 		return fmt.Errorf("drop feed %d: %w", userID, err)
 	}
 	return nil
@@ -296,6 +306,9 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 		}
 		posts = append(posts, hydrated...)
 		if floor == 0 {
+			if len(ids) < n {
+				break // every source holds its whole history: there is no more
+			}
 			cursor = ids[len(ids)-1] // some were deleted: read on in Redis
 			continue
 		}
@@ -319,6 +332,9 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 type sortedSet struct {
 	ids      []int64
 	complete bool
+	// whole: the set holds its whole history, so running out of it does
+	// not mean PostgreSQL has more.
+	whole bool
 }
 
 // readRedis reads up to n post ids below before from the user's feed and
@@ -327,7 +343,8 @@ type sortedSet struct {
 // source that ran out is whole in Redis only down to its last id: floor is
 // then the highest such id (or before, when one gave nothing), and only ids
 // >= floor are returned; PostgreSQL goes on below it. floor is 0 when Redis
-// had n sure ids. Missing sources are rebuilt first.
+// had n sure ids, or when every source that ran out holds its whole history
+// (then fewer than n ids are all there is). Missing sources are rebuilt first.
 func (f *Feeds) readRedis(ctx context.Context, userID int64, celebs []int64, first bool, before int64, n int) (ids []int64, floor int64, found []int64, err error) {
 	keys := []string{f.keys.feed(userID)}
 	for _, c := range celebs {
@@ -373,7 +390,7 @@ func (f *Feeds) readRedis(ctx context.Context, userID int64, celebs []int64, fir
 
 	seen := make(map[int64]bool, n*len(sets))
 	for _, set := range sets {
-		if len(set.ids) < n {
+		if len(set.ids) < n && !set.whole {
 			last := before
 			if len(set.ids) > 0 {
 				last = set.ids[len(set.ids)-1]
@@ -428,6 +445,7 @@ func (f *Feeds) readSets(ctx context.Context, keys []string, user int64, withCel
 			continue
 		}
 		sets[i].complete = true
+		sets[i].whole = markers[i].Val() < 0
 		for _, m := range ranges[i].Val() {
 			if id, err := strconv.ParseInt(m, 10, 64); err == nil {
 				sets[i].ids = append(sets[i].ids, id)
@@ -495,8 +513,10 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 func (f *Feeds) cachePosts(ctx context.Context, posts []Post, wanted []int64, found map[int64]Post) {
 	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for _, post := range posts {
+			// SETNX: never over a tombstone, which a delete may have
+			// written after these posts were read.
 			if raw, err := json.Marshal(post); err == nil {
-				p.Set(ctx, f.keys.post(post.ID), raw, f.cfg.PostTTL)
+				p.SetNX(ctx, f.keys.post(post.ID), raw, f.cfg.PostTTL)
 			}
 		}
 		for _, id := range wanted {
@@ -562,8 +582,12 @@ func (f *Feeds) rebuildSet(ctx context.Context, key, lock string, load func(cont
 	if err != nil {
 		return fmt.Errorf("rebuild %s: %w", key, err)
 	}
-	args := make([]any, 0, len(ids)+2)
-	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second))
+	markerScore := 0.0
+	if len(ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
+		markerScore = wholeMarkerScore
+	}
+	args := make([]any, 0, len(ids)+3)
+	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second), markerScore)
 	for _, id := range ids {
 		args = append(args, id)
 	}

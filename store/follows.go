@@ -133,8 +133,10 @@ func (db *DB) FollowerIDs(ctx context.Context, authorID, after int64, limit int)
 }
 
 // FollowerIDRange is FollowerIDs for the followers up to until (a chunk).
+// It reads the primary: a replica that lags could miss a follower whose
+// follow event already ran, and their feed would never get the post.
 func (db *DB) FollowerIDRange(ctx context.Context, authorID, after, until int64, limit int) ([]int64, error) {
-	rows, err := db.read.Query(ctx, `
+	rows, err := db.primary.Query(ctx, `
 SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id > $2 AND follower_id <= $3
 ORDER BY follower_id LIMIT $4`, authorID, after, until, limit)
 	if err != nil {
@@ -149,21 +151,41 @@ ORDER BY follower_id LIMIT $4`, authorID, after, until, limit)
 
 // FollowerCount returns how many followers userID has, from the maintained count.
 func (db *DB) FollowerCount(ctx context.Context, userID int64) (int64, error) {
-	var n int64
-	err := db.primary.QueryRow(ctx,
-		`SELECT COALESCE((SELECT followers FROM follower_counts WHERE user_id = $1), 0)`, userID).Scan(&n)
+	n, _, err := db.Reach(ctx, userID)
+	return n, err
+}
+
+// Reach returns how many followers userID has, and whether their posts were
+// ever pulled into feeds at read time instead of fanned out (a celebrity,
+// now or before).
+func (db *DB) Reach(ctx context.Context, userID int64) (followers int64, pulled bool, err error) {
+	err = db.primary.QueryRow(ctx,
+		`SELECT COALESCE(max(followers), 0), COALESCE(bool_or(pulled), false) FROM follower_counts WHERE user_id = $1`,
+		userID).Scan(&followers, &pulled)
 	if err != nil {
-		return 0, fmt.Errorf("follower count: %w", err)
+		return 0, false, fmt.Errorf("follower count: %w", err)
 	}
-	return n, nil
+	return followers, pulled, nil
+}
+
+// MarkPulled records that userID's posts are pulled at read time. It is
+// never undone: readers keep merging the timeline of a former celebrity,
+// since the posts pulled then are in nobody's feed.
+func (db *DB) MarkPulled(ctx context.Context, userID int64) error {
+	_, err := db.primary.Exec(ctx, `INSERT INTO follower_counts (user_id, followers, pulled) VALUES ($1, 0, true)
+		ON CONFLICT (user_id) DO UPDATE SET pulled = true`, userID)
+	if err != nil {
+		return fmt.Errorf("mark pulled: %w", err)
+	}
+	return nil
 }
 
 // CelebrityFollowees returns whom followerID follows among the authors with
-// more than threshold followers.
+// more than threshold followers, or whose posts were ever pulled.
 func (db *DB) CelebrityFollowees(ctx context.Context, followerID, threshold int64) ([]int64, error) {
 	rows, err := db.primary.Query(ctx, `
 SELECT f.followee_id FROM follows f JOIN follower_counts c ON c.user_id = f.followee_id
-WHERE f.follower_id = $1 AND c.followers > $2`, followerID, threshold)
+WHERE f.follower_id = $1 AND (c.followers > $2 OR c.pulled)`, followerID, threshold)
 	if err != nil {
 		return nil, fmt.Errorf("celebrity followees: %w", err)
 	}

@@ -86,7 +86,8 @@ WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id)
 
 // Fail records a failed attempt: the row is due again after retryIn, or is
 // parked dead when this was its maxAttempts-th failure. It reports whether
-// the row is now dead. A row finished meanwhile stays finished.
+// the row is now dead. A row finished meanwhile stays finished, and a parent
+// split into chunks waits for its chunks.
 func (db *DB) Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error) {
 	var status string
 	err = db.primary.QueryRow(ctx, `
@@ -96,7 +97,7 @@ SET failures = failures + 1,
     due_at = now() + $3::interval,
     ticket = NULL,
     last_error = left($4, 2000)
-WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
+WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_left IS NULL
 RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -111,7 +112,7 @@ RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
 func (db *DB) Bury(ctx context.Context, id int64, cause string) error {
 	_, err := db.primary.Exec(ctx, `
 UPDATE outbox SET status = 'dead', failures = failures + 1, last_error = left($2, 2000)
-WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id, cause)
+WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_left IS NULL`, id, cause)
 	if err != nil {
 		return fmt.Errorf("bury outbox row %d: %w", id, err)
 	}
@@ -168,7 +169,7 @@ FROM outbox WHERE status IN ('pending', 'publishing', 'published', 'dead')`).
 // boundary k-1 up to boundary k, and the last chunk those above the last
 // boundary. One index-only pass over the author's followers.
 func (db *DB) ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error) {
-	rows, err := db.read.Query(ctx, `
+	rows, err := db.primary.Query(ctx, `
 SELECT follower_id FROM (
     SELECT follower_id, row_number() OVER (ORDER BY follower_id) AS rn
     FROM follows WHERE followee_id = $1
@@ -198,15 +199,20 @@ func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.C
 	}
 	var n int
 	err := db.primary.QueryRow(ctx, `
-WITH c AS (
-    INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
-    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, $1, p.no, (SELECT created_at FROM outbox WHERE id = $1)
-    FROM unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
-    ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING
+WITH before AS (
+    SELECT chunks_left FROM outbox WHERE id = $1
 ), parent AS (
     UPDATE outbox SET chunks_left = COALESCE(chunks_left, $3), due_at = 'infinity'
-    WHERE id = $1 AND status IN ('publishing', 'published')
-    RETURNING chunks_left
+    WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
+    RETURNING id, created_at, chunks_left
+), c AS (
+    -- Only the first split writes chunks; a later one (a redelivered
+    -- parent) keeps the chunks and the count it has.
+    INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
+    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, parent.id, p.no, parent.created_at
+    FROM parent, unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
+    WHERE (SELECT chunks_left FROM before) IS NULL
+    ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING
 )
 SELECT COALESCE((SELECT chunks_left FROM parent), 0), pg_notify($4, '')`,
 		parentID, payloads, len(chunks), OutboxChannel).Scan(&n, new(string))
@@ -230,7 +236,7 @@ WITH c AS (
 ), p AS (
     UPDATE outbox SET chunks_left = chunks_left - 1,
         status = CASE WHEN chunks_left = 1 THEN 'done' ELSE status END,
-        finished_at = CASE WHEN chunks_left = 1 THEN now() END
+        finished_at = CASE WHEN chunks_left = 1 THEN now() ELSE finished_at END
     WHERE id = (SELECT parent_id FROM c)
     RETURNING status, created_at
 )
