@@ -180,7 +180,10 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.Univ
 			_ = rdb.Close()
 			return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
 		}
-		time.Sleep(delay)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
 	}
 }
 
@@ -330,7 +333,9 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 		}
 		return fmt.Errorf("%s: %w", key, err)
 	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	// Bounded reads and idle connections: a client that trickles its request
+	// cannot hold a connection and a goroutine for ever.
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("%s server: %w", name, err)

@@ -102,12 +102,12 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 			ctx := cmd.Context()
 			if migrate {
 				if err := runMigrate(ctx, cfg, assets.Schema); err != nil {
-					return err
+					return stoppedOr(ctx, err)
 				}
 			}
 			sys, err := Open(ctx, cfg, log)
 			if err != nil {
-				return err
+				return stoppedOr(ctx, err)
 			}
 			defer sys.Close()
 			return sys.Run(ctx, roles, secret)
@@ -120,6 +120,15 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 		cmd.Flags().IntVar(&concurrency, "concurrency", 64, "tickets processed at once (fanout.concurrency)")
 	}
 	return cmd
+}
+
+// stoppedOr returns nil when the process was asked to stop (SIGTERM while it
+// was still waiting for its database at start-up is a graceful stop), else err.
+func stoppedOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 func migrateCommand(load loadFunc, assets Assets) *cobra.Command {
