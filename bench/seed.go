@@ -153,7 +153,7 @@ func (r *runner) seed(ctx context.Context) error {
 	for start := 0; start < len(users); start += 5000 {
 		_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, u := range users[start:min(start+5000, len(users))] {
-				p.ZAdd(ctx, r.feedKey(u), redis.Z{Score: -0.5, Member: "0"}) // complete: the whole (empty) history
+				p.ZAdd(ctx, r.feedKey(u), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"}) // complete: the whole (empty) history
 			}
 			return nil
 		})

@@ -62,7 +62,7 @@ func TestCelebrityMergedAtReadTime(t *testing.T) {
 	require.Equal(t, reversed(want), got, "every post once, newest first")
 	// The star's posts came from their timeline in Redis, kept by the workers.
 	timeline := c.prefix + "timeline:{" + strconv.Itoa(star) + "}"
-	require.EqualValues(t, 8+1+1, c.redis().ZCard(context.Background(), timeline).Val(), "8 + 1 posts and the marker")
+	require.EqualValues(t, 8+1+2, c.redis().ZCard(context.Background(), timeline).Val(), "8 + 1 posts, the markers: complete, whole history")
 
 	// A new read sees the late post first; an unfollow hides the star at once.
 	items := alan.firstPage(1)

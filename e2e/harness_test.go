@@ -416,7 +416,7 @@ func (c *cluster) markFeedsBuilt(users []int64) {
 	for start := 0; start < len(users); start += 1000 {
 		pipe := rdb.Pipeline()
 		for _, u := range users[start:min(start+1000, len(users))] {
-			pipe.ZAdd(ctx, c.feedKey(u), redis.Z{Score: -0.5, Member: "0"}) // complete: the whole (empty) history
+			pipe.ZAdd(ctx, c.feedKey(u), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"}) // complete: the whole (empty) history
 		}
 		_, err := pipe.Exec(ctx)
 		require.NoError(c.t, err)

@@ -280,7 +280,7 @@ func (b *testBundle) feedKey(userID int64) string {
 func (b *testBundle) feedPosts(t tb, userID int64) []int64 {
 	t.Helper()
 	members, err := b.rdb.ZRangeByScore(context.Background(), b.feedKey(userID),
-		&redis.ZRangeBy{Min: "(0", Max: "+inf"}).Result()
+		&redis.ZRangeBy{Min: "1", Max: "+inf"}).Result() // post ids only
 	require.NoError(t, err)
 	var ids []int64
 	for _, m := range members {
@@ -431,7 +431,7 @@ func TestPostCreated(t *testing.T) {
 			score, err := cmds[2*i].(*redis.FloatCmd).Result()
 			require.NoError(t, err, "post missing from the feed of follower %d", u)
 			require.EqualValues(t, postID, score, "follower %d", u)
-			require.EqualValues(t, 2, cmds[2*i+1].(*redis.IntCmd).Val(), "follower %d: marker and the post", u)
+			require.EqualValues(t, 3, cmds[2*i+1].(*redis.IntCmd).Val(), "follower %d: the markers (complete, whole) and the post", u)
 		}
 		for _, u := range withoutFeed {
 			require.False(t, b.feedExists(t, u), "a feed was created for follower %d, who never read it", u)

@@ -31,7 +31,7 @@ func pushSetup(b *testing.B, rdb *redis.Client, prefix string) []int64 {
 	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i := range followers {
 			followers[i] = int64(i + 1)
-			p.ZAdd(ctx, benchFeedKey(prefix, followers[i]), redis.Z{Score: -0.5, Member: "0"})
+			p.ZAdd(ctx, benchFeedKey(prefix, followers[i]), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"})
 		}
 		return nil
 	})

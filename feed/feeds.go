@@ -421,13 +421,15 @@ func (f *Feeds) readRedis(ctx context.Context, userID int64, celebs []int64, fir
 // user > 0 it also reads that user's cached celebrity list.
 func (f *Feeds) readSets(ctx context.Context, keys []string, user int64, withCelebs bool, before int64, n int) ([]sortedSet, *redis.StringSliceCmd, error) {
 	markers := make([]*redis.FloatCmd, len(keys))
+	wholes := make([]*redis.FloatCmd, len(keys))
 	ranges := make([]*redis.StringSliceCmd, len(keys))
 	var celebs *redis.StringSliceCmd
 	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
 			markers[i] = p.ZScore(ctx, key, completeMarker)
+			wholes[i] = p.ZScore(ctx, key, wholeMarker)
 			ranges[i] = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
-				Max: "(" + strconv.FormatInt(before, 10), Min: "(0", Count: int64(n),
+				Max: "(" + strconv.FormatInt(before, 10), Min: "1", Count: int64(n), // post ids only
 			})
 			p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
 		}
@@ -445,7 +447,7 @@ func (f *Feeds) readSets(ctx context.Context, keys []string, user int64, withCel
 			continue
 		}
 		sets[i].complete = true
-		sets[i].whole = markers[i].Val() < 0
+		sets[i].whole = wholes[i].Err() == nil
 		for _, m := range ranges[i].Val() {
 			if id, err := strconv.ParseInt(m, 10, 64); err == nil {
 				sets[i].ids = append(sets[i].ids, id)
@@ -582,12 +584,12 @@ func (f *Feeds) rebuildSet(ctx context.Context, key, lock string, load func(cont
 	if err != nil {
 		return fmt.Errorf("rebuild %s: %w", key, err)
 	}
-	markerScore := 0.0
+	whole := 0
 	if len(ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
-		markerScore = wholeMarkerScore
+		whole = 1
 	}
 	args := make([]any, 0, len(ids)+3)
-	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second), markerScore)
+	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second), whole)
 	for _, id := range ids {
 		args = append(args, id)
 	}
