@@ -715,7 +715,7 @@ func (r *runner) inactiveFollowers(ctx context.Context) error {
 		mem := make([]*redis.IntCmd, len(batch))
 		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for i, u := range batch {
-				cards[i] = p.ZCard(ctx, r.feedKey(u))
+				cards[i] = p.ZCount(ctx, r.feedKey(u), "1", "+inf") // post ids, not markers
 				mem[i] = p.MemoryUsage(ctx, r.feedKey(u))
 			}
 			return nil
@@ -723,10 +723,10 @@ func (r *runner) inactiveFollowers(ctx context.Context) error {
 			return err
 		}
 		for i := range batch {
-			if n := cards[i].Val(); n > 0 {
+			if m := mem[i].Val(); m > 0 { // the feed exists
 				feeds++
-				written += int(n) - 1 // but the marker
-				bytes += mem[i].Val()
+				written += int(cards[i].Val())
+				bytes += m
 			}
 		}
 	}
