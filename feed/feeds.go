@@ -145,6 +145,11 @@ func (f *Feeds) Merge(ctx context.Context, userID int64, postIDs []int64, floor 
 	return max(n, 0), nil
 }
 
+// trimSlack is how many entries over max_len a feed may hold before a push
+// trims it back: a sixteenth of max_len, so a trim removes many entries at
+// once instead of one at every push.
+func trimSlack(maxLen int) int { return max(maxLen/16, 0) }
+
 // pushMany is Push in one script call per maxScriptKeys followers, all in
 // one pipeline.
 func (f *Feeds) pushMany(ctx context.Context, postID int64, followers []int64) (int, error) {
@@ -155,7 +160,7 @@ func (f *Feeds) pushMany(ctx context.Context, postID int64, followers []int64) (
 		for j, u := range batch {
 			keys[j] = f.keys.feed(u)
 		}
-		return pushManyScript.EvalSha(ctx, p, keys, postID, f.cfg.MaxLen)
+		return pushManyScript.EvalSha(ctx, p, keys, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen))
 	})
 	if err != nil {
 		return 0, fmt.Errorf("push post %d to feeds: %w", postID, err)

@@ -31,18 +31,22 @@ return added
 
 // pushManyScript is pushScript for many feeds (KEYS) in one call: the cost of
 // running a script is paid once per page of followers instead of once per
-// follower, which brings a fan-out close to plain pipelined ZADD. Scripts may
-// only touch keys of one slot in a Redis Cluster, so there pushScript is
+// follower, which brings a fan-out closer to plain pipelined ZADD. A full
+// feed is trimmed back to max_len (ARGV[2]) once it holds ARGV[3] entries
+// more, not on every push: trimming is most of a push's cost once feeds are
+// full, and reads, which take the newest, never see the difference. Scripts
+// may only touch keys of one slot in a Redis Cluster, so there pushScript is
 // pipelined instead. It returns how many feeds gained the post.
 var pushManyScript = redis.NewScript(`
 local maxlen = tonumber(ARGV[2])
+local trimAt = maxlen + tonumber(ARGV[3])
 local added = 0
 for i = 1, #KEYS do
   local k = KEYS[i]
   local n = redis.call('ZCARD', k) -- 0: no feed (a feed holds its marker)
   if n > 0 then
     local a = redis.call('ZADD', k, ARGV[1], ARGV[1])
-    if n > maxlen then
+    if n > trimAt then
       redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))
     elseif a == 1 and n > 1 and redis.call('ZRANK', k, ARGV[1]) == 1
         and redis.call('ZSCORE', k, '0') then
