@@ -147,8 +147,6 @@ type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
 
-func nopLogger() *zap.Logger { return zap.NewNop() }
-
 func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.UniversalClient, error) {
 	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
 	var rdb redis.UniversalClient

@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/bench"
 	"github.com/newsfeed/newsfeed/store"
@@ -195,7 +196,7 @@ func connectExternal(ctx context.Context, cfg *Config, apiURL string) (bench.Har
 	if err != nil {
 		return bench.Harness{}, nil, fmt.Errorf("database.url: %w", err)
 	}
-	rdb, err := connectRedis(ctx, cfg, nopLogger())
+	rdb, err := connectRedis(ctx, cfg, zap.NewNop())
 	if err != nil {
 		pool.Close()
 		return bench.Harness{}, nil, err

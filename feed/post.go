@@ -28,14 +28,3 @@ func (p Post) MarshalJSON() ([]byte, error) {
 	}
 	return json.Marshal(postJSON(p))
 }
-
-// Decoded returns the post with every field set, decoding the cached JSON
-// if that is all it has.
-func (p Post) Decoded() (Post, error) {
-	if p.cached == nil {
-		return p, nil
-	}
-	var out Post
-	err := json.Unmarshal(p.cached, (*postJSON)(&out))
-	return out, err
-}

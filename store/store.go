@@ -38,9 +38,6 @@ func New(primary, read *pgxpool.Pool) *DB {
 	return &DB{primary: primary, read: read}
 }
 
-// Pool returns the primary pool.
-func (db *DB) Pool() *pgxpool.Pool { return db.primary }
-
 // Ping checks that the primary answers.
 func (db *DB) Ping(ctx context.Context) error { return db.primary.Ping(ctx) }
 
