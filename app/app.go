@@ -117,15 +117,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		outbox.NewCollector(s.Store.OutboxStats),
-		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "newsfeed_queue_pending",
-			Help: "Tickets delivered to workers and not yet acknowledged.",
-		}, func() float64 {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-			defer cancel()
-			n, _ := s.Queue.Pending(ctx)
-			return float64(n)
-		}),
+		fanout.NewPendingCollector(s.Queue.Pending),
 	)
 	s.fanoutMetrics = fanout.NewMetrics(s.registry)
 	s.dispatchMetrics = outbox.NewMetrics(s.registry)
