@@ -67,14 +67,16 @@ type Feeds interface {
 
 // Outbox is how the worker reports the outcome of an event.
 type Outbox interface {
-	// Finish marks the event's fan-out finished.
-	Finish(ctx context.Context, id int64) error
+	// FinishEvent marks the event's fan-out finished and reports whether
+	// this call did (not a redelivery of a finished event) and then the
+	// delivery latency, measured on the database clock.
+	FinishEvent(ctx context.Context, id int64) (finished bool, latency time.Duration, err error)
 	// SplitFanout writes the chunks of a big fan-out as events of their own
 	// and parks the parent until they are done; it returns the chunk count.
 	SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error)
-	// FinishChunk finishes a chunk and reports whether that finished its
-	// post's fan-out, and when the post was created.
-	FinishChunk(ctx context.Context, id int64) (parentDone bool, postCreated time.Time, err error)
+	// FinishChunk finishes a chunk and reports whether this call finished
+	// its post's fan-out, and then the delivery latency (database clock).
+	FinishChunk(ctx context.Context, id int64) (parentDone bool, latency time.Duration, err error)
 	// Fail schedules a retry after retryIn, or parks the event dead after maxAttempts.
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
 	// Bury parks the event dead at once.
@@ -320,24 +322,22 @@ func (w *Worker) process(ctx context.Context, t queue.Ticket) {
 }
 
 // finish records the event finished and observes the delivery latency of a
-// post whose fan-out this completes.
+// post whose fan-out this call completed: once per post, however often its
+// tickets are delivered.
 func (w *Worker) finish(ctx context.Context, t queue.Ticket) error {
-	switch t.Type {
-	case outbox.FanoutChunk:
-		done, created, err := w.outbox.FinishChunk(ctx, t.ID)
-		if err == nil && done {
-			w.metrics.delivery.Observe(time.Since(created).Seconds())
-		}
-		return err
-	case outbox.PostCreated:
-		if err := w.outbox.Finish(ctx, t.ID); err != nil {
-			return err
-		}
-		w.metrics.delivery.Observe(time.Since(t.CreatedAt).Seconds())
-		return nil
-	default:
-		return w.outbox.Finish(ctx, t.ID)
+	var done bool
+	var latency time.Duration
+	var err error
+	if t.Type == outbox.FanoutChunk {
+		done, latency, err = w.outbox.FinishChunk(ctx, t.ID)
+	} else {
+		done, latency, err = w.outbox.FinishEvent(ctx, t.ID)
 	}
+	delivers := t.Type == outbox.PostCreated || t.Type == outbox.FanoutChunk
+	if err == nil && done && delivers {
+		w.metrics.delivery.Observe(latency.Seconds())
+	}
+	return err
 }
 
 // errSplit says that a fan-out was split into chunks instead of done.

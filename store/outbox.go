@@ -73,15 +73,35 @@ WHERE id = $1 AND status IN ('publishing', 'published')`, id, by)
 }
 
 // Finish marks the row's fan-out finished. Finishing twice, or a row that was
-// parked dead meanwhile, changes nothing.
+// parked dead meanwhile, changes nothing. FinishEvent also says whether this
+// call finished it.
 func (db *DB) Finish(ctx context.Context, id int64) error {
-	_, err := db.primary.Exec(ctx, `
+	_, _, err := db.FinishEvent(ctx, id)
+	return err
+}
+
+// FinishEvent marks the row's fan-out finished and reports whether this call
+// did (false: finished before, parked dead, or missing) and, if it did, the
+// delivery latency: the row's age on the database clock, which also stamped
+// created_at, so no other clock enters it. A redelivered ticket finishes
+// nothing, and its latency is not observed twice.
+func (db *DB) FinishEvent(ctx context.Context, id int64) (finished bool, latency time.Duration, err error) {
+	var seconds float64
+	err = db.primary.QueryRow(ctx, `
 UPDATE outbox SET status = 'done', finished_at = now(), last_error = NULL
-WHERE id = $1 AND status IN ('pending', 'publishing', 'published')`, id)
-	if err != nil {
-		return fmt.Errorf("finish outbox row %d: %w", id, err)
+WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
+RETURNING extract(epoch FROM now() - created_at)::float8`, id).Scan(&seconds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, 0, nil
 	}
-	return nil
+	if err != nil {
+		return false, 0, fmt.Errorf("finish outbox row %d: %w", id, err)
+	}
+	return true, secondsToDuration(seconds), nil
+}
+
+func secondsToDuration(s float64) time.Duration {
+	return time.Duration(s * float64(time.Second))
 }
 
 // Fail records a failed attempt: the row is due again after retryIn, or is
@@ -186,8 +206,15 @@ SELECT follower_id FROM (
 
 // SplitFanout writes one fanout.chunk row per chunk of the parent event's
 // followers and parks the parent until its chunks are done, in one
-// statement, and wakes the dispatchers. Splitting again (a redelivered
-// parent) changes nothing. It returns how many chunks the parent has.
+// transaction, and wakes the dispatchers. It returns how many chunks the
+// parent has left (0 if the parent is not in flight).
+//
+// Only the first split writes chunks; splitting again (a redelivered
+// parent, two workers holding one ticket) changes nothing, whatever chunks
+// the later caller computed. The parent row is locked before anything is
+// decided: two splits that start together are serialized on it, and the
+// second sees the first's chunks (a statement-level snapshot would not, and
+// would add its extra chunks to a count that did not include them).
 func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error) {
 	payloads := make([]string, len(chunks))
 	for i, c := range chunks {
@@ -198,24 +225,46 @@ func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.C
 		payloads[i] = string(b)
 	}
 	var n int
-	err := db.primary.QueryRow(ctx, `
-WITH before AS (
-    SELECT chunks_left FROM outbox WHERE id = $1
-), parent AS (
-    UPDATE outbox SET chunks_left = COALESCE(chunks_left, $3), due_at = 'infinity'
-    WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
-    RETURNING id, created_at, chunks_left
-), c AS (
-    -- Only the first split writes chunks; a later one (a redelivered
-    -- parent) keeps the chunks and the count it has.
+	err := pgx.BeginFunc(ctx, db.primary, func(tx pgx.Tx) error {
+		var left *int
+		var inFlight bool
+		err := tx.QueryRow(ctx, `
+SELECT chunks_left, status IN ('pending', 'publishing', 'published') FROM outbox WHERE id = $1 FOR UPDATE`,
+			parentID).Scan(&left, &inFlight)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			return nil
+		case err != nil:
+			return err
+		case !inFlight:
+			return nil
+		case left != nil: // split before
+			n = *left
+			return nil
+		}
+		if len(payloads) == 0 {
+			return errors.New("no chunks")
+		}
+		// The count is of the unfinished chunks the parent has, those just
+		// written and any there were, so it cannot disagree with them.
+		if err := tx.QueryRow(ctx, `
+WITH c AS (
     INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
-    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, parent.id, p.no, parent.created_at
-    FROM parent, unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
-    WHERE (SELECT chunks_left FROM before) IS NULL
+    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, o.id, p.no, o.created_at
+    FROM outbox o, unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
+    WHERE o.id = $1
     ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING
+    RETURNING 1
 )
-SELECT COALESCE((SELECT chunks_left FROM parent), 0), pg_notify($4, '')`,
-		parentID, payloads, len(chunks), OutboxChannel).Scan(&n, new(string))
+UPDATE outbox SET due_at = 'infinity', chunks_left = (SELECT count(*) FROM c)
+    + (SELECT count(*) FROM outbox WHERE parent_id = $1 AND status <> 'done')
+WHERE id = $1
+RETURNING chunks_left`, parentID, payloads).Scan(&n); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxChannel)
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("split fan-out of outbox row %d: %w", parentID, err)
 	}
@@ -223,11 +272,12 @@ SELECT COALESCE((SELECT chunks_left FROM parent), 0), pg_notify($4, '')`,
 }
 
 // FinishChunk marks a chunk finished and counts it off its parent, which is
-// done with its last chunk. It reports whether this finished the parent, and
-// the parent's creation time (the post's) for the delivery latency.
-func (db *DB) FinishChunk(ctx context.Context, id int64) (parentDone bool, postCreated time.Time, err error) {
-	var status *string
-	var created *time.Time
+// done with its last chunk. It reports whether this call finished the parent
+// — never for a chunk finished before, nor for one finished after its parent
+// (a redelivered parent fanned out whole) — and then the delivery latency,
+// the parent's age on the database clock.
+func (db *DB) FinishChunk(ctx context.Context, id int64) (parentDone bool, latency time.Duration, err error) {
+	var seconds *float64
 	err = db.primary.QueryRow(ctx, `
 WITH c AS (
     UPDATE outbox SET status = 'done', finished_at = now(), last_error = NULL
@@ -238,14 +288,15 @@ WITH c AS (
         status = CASE WHEN chunks_left = 1 THEN 'done' ELSE status END,
         finished_at = CASE WHEN chunks_left = 1 THEN now() ELSE finished_at END
     WHERE id = (SELECT parent_id FROM c)
-    RETURNING status, created_at
+      AND status IN ('pending', 'publishing', 'published') AND chunks_left > 0
+    RETURNING status, extract(epoch FROM now() - created_at)::float8 AS age
 )
-SELECT (SELECT status FROM p), (SELECT created_at FROM p)`, id).Scan(&status, &created)
+SELECT (SELECT age FROM p WHERE status = 'done')`, id).Scan(&seconds)
 	if err != nil {
-		return false, time.Time{}, fmt.Errorf("finish chunk %d: %w", id, err)
+		return false, 0, fmt.Errorf("finish chunk %d: %w", id, err)
 	}
-	if status == nil || *status != "done" {
-		return false, time.Time{}, nil
+	if seconds == nil {
+		return false, 0, nil
 	}
-	return true, *created, nil
+	return true, secondsToDuration(*seconds), nil
 }
