@@ -422,10 +422,7 @@ func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
 		if err := json.Unmarshal(t.Payload, &p); err != nil || p.FollowerID <= 0 || p.FolloweeID <= 0 {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
-		if t.Type == outbox.FollowCreated {
-			return w.backfill(ctx, p)
-		}
-		return w.unfill(ctx, p)
+		return w.applyFollow(ctx, p) // either event: the state now decides
 	default:
 		return permanent("unknown event type %q", t.Type)
 	}
@@ -568,35 +565,42 @@ func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 	})
 }
 
-// backfill and unfill apply the follow state as it is now, not as the event
-// says, so that events handled late, twice or out of order (an unfollow
-// before its follow) cannot leave an unfollowed author in a feed. Each checks
-// the state after writing: a change committed later runs its own clean-up
+// applyFollow applies the follow state as it is now, not as the event says
+// (follow.created and follow.deleted alike), so that events handled late,
+// twice or out of order (an unfollow before its follow) cannot leave an
+// unfollowed author in a feed: it reads the state first and applies it, so a
+// follow.created handled after the unfollow merges nothing, not even for a
+// moment, and a follow.deleted handled after a new follow removes nothing. A
+// change committed while the state is applied is seen by the check after the
+// write, and applied in turn; a change committed later runs its own clean-up
 // (in the API and in its event) after this write, so nothing slips between.
-func (w *Worker) backfill(ctx context.Context, p outbox.FollowPayload) error {
-	added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
+func (w *Worker) applyFollow(ctx context.Context, p outbox.FollowPayload) error {
+	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
 	if err != nil {
 		return err
 	}
-	w.metrics.entries.Add(float64(added))
-	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
-	if err != nil || following {
-		return err
+	for range maxFollowRounds {
+		if following {
+			added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
+			w.metrics.entries.Add(float64(added))
+			if err != nil {
+				return err
+			}
+		} else if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
+			return err
+		}
+		now, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
+		if err != nil || now == following {
+			return err
+		}
+		following = now
 	}
-	return w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
+	return fmt.Errorf("follow of %d by %d keeps changing", p.FolloweeID, p.FollowerID)
 }
 
-func (w *Worker) unfill(ctx context.Context, p outbox.FollowPayload) error {
-	if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
-		return err
-	}
-	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
-	if err != nil || !following {
-		return err
-	}
-	_, err = w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
-	return err
-}
+// maxFollowRounds bounds how often applyFollow applies a state that keeps
+// changing under it; the event then fails and is retried after a backoff.
+const maxFollowRounds = 4
 
 func sleep(ctx context.Context, d time.Duration) {
 	select {

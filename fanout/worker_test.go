@@ -373,18 +373,46 @@ func userRange(from, to int64) []int64 {
 	return ids
 }
 
-// hookedFeeds runs beforePush before every Push of the real feeds: to fail,
-// block or count.
+// hookedFeeds is the real feeds with hooks run before some calls (to fail,
+// block or change state meanwhile) and counts of those calls. A nil hook
+// does nothing.
 type hookedFeeds struct {
 	fanout.Feeds
-	beforePush func(ctx context.Context) error
+	beforePush       func(ctx context.Context) error
+	beforeFollowed   func(ctx context.Context, follower, followee int64) error
+	beforeUnfollowed func(ctx context.Context, follower, followee int64) error
+
+	pushes, followed, unfollowed atomic.Int64
 }
 
 func (f *hookedFeeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
-	if err := f.beforePush(ctx); err != nil {
-		return 0, err
+	f.pushes.Add(1)
+	if f.beforePush != nil {
+		if err := f.beforePush(ctx); err != nil {
+			return 0, err
+		}
 	}
 	return f.Feeds.Push(ctx, postID, followers)
+}
+
+func (f *hookedFeeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
+	f.followed.Add(1)
+	if f.beforeFollowed != nil {
+		if err := f.beforeFollowed(ctx, follower, followee); err != nil {
+			return 0, err
+		}
+	}
+	return f.Feeds.Followed(ctx, follower, followee)
+}
+
+func (f *hookedFeeds) Unfollowed(ctx context.Context, follower, followee int64) error {
+	f.unfollowed.Add(1)
+	if f.beforeUnfollowed != nil {
+		if err := f.beforeUnfollowed(ctx, follower, followee); err != nil {
+			return err
+		}
+	}
+	return f.Feeds.Unfollowed(ctx, follower, followee)
 }
 
 var errOnFire = errors.New("redis is on fire")

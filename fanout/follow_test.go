@@ -1,0 +1,181 @@
+package fanout_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/fanout"
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/outbox"
+)
+
+// followRow returns the outbox row of the follow event typ of reader.
+func (b *testBundle) followRow(t *testing.T, typ string, reader int64) outboxRow {
+	t.Helper()
+	return b.rowOf(t, typ, fmt.Sprintf(`{"follower_id": %d}`, reader))
+}
+
+func TestFollowState(t *testing.T) {
+	t.Parallel()
+	const reader, followee = int64(1), int64(10)
+
+	// followed sets up a reader with a feed who followed followee (two
+	// posts) through the worker, with the feeds' calls counted.
+	followed := func(t *testing.T) (*testBundle, *hookedFeeds, []int64) {
+		t.Helper()
+		_, b := setup(t, fanout.Config{}, feed.Config{Backfill: 50})
+		counted := &hookedFeeds{Feeds: b.feeds}
+		run(t, b.newWorker(t, counted, fanout.Config{}))
+		posts := []int64{b.post(t, followee), b.post(t, followee)}
+		b.deliver(t)
+		b.buildFeeds(t, []int64{reader})
+		_, err := b.db.Follow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.deliver(t)
+		require.Equal(t, posts, b.feedPosts(t, reader))
+		return b, counted, posts
+	}
+	t.Run("RedeliveredFollowAfterUnfollowWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		b, counted, _ := followed(t)
+		_, err := b.db.Unfollow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.deliver(t)
+		require.Empty(t, b.feedPosts(t, reader))
+		entries := b.metric(t, "newsfeed_fanout_entries_total")
+		merges := counted.followed.Load()
+
+		b.redeliver(t, b.followRow(t, outbox.FollowCreated, reader), 2)
+		b.waitTickets(t, outbox.FollowCreated, "done", 2)
+
+		require.Equal(t, merges, counted.followed.Load(), "the unfollowed author's posts were merged into the feed")
+		require.Equal(t, entries, b.metric(t, "newsfeed_fanout_entries_total"))
+		require.Empty(t, b.feedPosts(t, reader))
+		require.Empty(t, b.readFeed(t, reader))
+	})
+
+	t.Run("RedeliveredUnfollowAfterFollowingAgainRemovesNothing", func(t *testing.T) {
+		t.Parallel()
+		b, counted, posts := followed(t)
+		_, err := b.db.Unfollow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.deliver(t)
+		_, err = b.db.Follow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.deliver(t)
+		require.Equal(t, posts, b.feedPosts(t, reader))
+		removals := counted.unfollowed.Load()
+
+		b.redeliver(t, b.followRow(t, outbox.FollowDeleted, reader), 2)
+		b.waitTickets(t, outbox.FollowDeleted, "done", 2)
+
+		require.Equal(t, removals, counted.unfollowed.Load(), "the followed author's posts were taken out of the feed")
+		require.Equal(t, posts, b.feedPosts(t, reader))
+	})
+
+	t.Run("UnfollowWhileTheFollowIsAppliedIsAppliedToo", func(t *testing.T) {
+		t.Parallel()
+		// The follow.created event read "following" and, before its merge
+		// lands, the reader unfollows (the API's clean-up ran before the
+		// merge): the event sees the change and removes what it merged.
+		_, b := setup(t, fanout.Config{}, feed.Config{Backfill: 50})
+		var once sync.Once
+		hooked := &hookedFeeds{Feeds: b.feeds, beforeFollowed: func(ctx context.Context, follower, followee int64) error {
+			var err error
+			once.Do(func() {
+				_, err = b.db.Unfollow(ctx, follower, followee)
+				if err == nil {
+					err = b.feeds.Unfollowed(ctx, follower, followee) // what the API does
+				}
+			})
+			return err
+		}}
+		run(t, b.newWorker(t, hooked, fanout.Config{}))
+		b.post(t, followee)
+		b.deliver(t)
+		b.buildFeeds(t, []int64{reader})
+		_, err := b.db.Follow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.dispatch(t) // the follow.created only: the unfollow's event is written later
+		b.waitTickets(t, outbox.FollowCreated, "done", 1)
+
+		require.EqualValues(t, 1, hooked.followed.Load())
+		require.EqualValues(t, 1, hooked.unfollowed.Load(), "the change was not applied")
+		require.Empty(t, b.feedPosts(t, reader))
+		b.deliver(t) // the follow.deleted, which finds the same state
+		require.Empty(t, b.feedPosts(t, reader))
+	})
+
+	t.Run("FollowWhileTheUnfollowIsAppliedIsAppliedToo", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, fanout.Config{}, feed.Config{Backfill: 50})
+		var once sync.Once
+		hooked := &hookedFeeds{Feeds: b.feeds}
+		hooked.beforeUnfollowed = func(ctx context.Context, follower, followee int64) error {
+			var err error
+			once.Do(func() {
+				_, err = b.db.Follow(ctx, follower, followee)
+				if err == nil {
+					_, err = b.feeds.Followed(ctx, follower, followee) // what the API does
+				}
+			})
+			return err
+		}
+		run(t, b.newWorker(t, hooked, fanout.Config{}))
+		posts := []int64{b.post(t, followee), b.post(t, followee)}
+		b.deliver(t)
+		b.buildFeeds(t, []int64{reader})
+		_, err := b.db.Follow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		_, err = b.db.Unfollow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		// follow.created finds "not following" and does nothing; the
+		// follow.deleted's removal races with a new follow.
+		b.dispatch(t)
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 1, b.tickets(c, outbox.FollowCreated, "done"))
+			require.EqualValues(c, 1, b.tickets(c, outbox.FollowDeleted, "done"))
+		})
+		require.Equal(t, posts, b.feedPosts(t, reader), "the new follow was undone")
+		b.deliver(t)
+		require.Equal(t, posts, b.feedPosts(t, reader))
+	})
+}
+
+func TestFollowStateThatKeepsChanging(t *testing.T) {
+	t.Parallel()
+
+	t.Run("FailsTheEventForARetryLater", func(t *testing.T) {
+		t.Parallel()
+		const reader, followee = int64(1), int64(10)
+		// The reader follows and unfollows again with every write of the
+		// event: it gives up after a few rounds, and the outbox retries.
+		_, b := setup(t, fanout.Config{}, feed.Config{Backfill: 50})
+		flip := func(ctx context.Context, follower, followee int64) error {
+			following, err := b.db.IsFollowing(ctx, follower, followee)
+			if err == nil && following {
+				_, err = b.db.Unfollow(ctx, follower, followee)
+			} else if err == nil {
+				_, err = b.db.Follow(ctx, follower, followee)
+			}
+			return err
+		}
+		hooked := &hookedFeeds{Feeds: b.feeds, beforeFollowed: flip, beforeUnfollowed: flip}
+		run(t, b.newWorker(t, hooked, fanout.Config{}))
+		_, err := b.db.Follow(t.Context(), reader, followee)
+		require.NoError(t, err)
+		b.dispatch(t)
+		b.waitTickets(t, outbox.FollowCreated, "failed", 1)
+
+		r := b.followRow(t, outbox.FollowCreated, reader)
+		require.Equal(t, "pending", r.Status)
+		require.NotNil(t, r.LastError)
+		require.Contains(t, *r.LastError, "keeps changing")
+		require.EqualValues(t, 4, hooked.followed.Load()+hooked.unfollowed.Load())
+	})
+}
