@@ -95,3 +95,15 @@ CREATE INDEX IF NOT EXISTS outbox_due_idx ON outbox (due_at, id)
     WHERE status IN ('pending', 'publishing', 'published');
 CREATE INDEX IF NOT EXISTS outbox_dead_idx ON outbox (id) WHERE status = 'dead';
 CREATE INDEX IF NOT EXISTS outbox_finished_idx ON outbox (finished_at) WHERE status = 'done';
+
+-- Posts that a post.created fan-out sent to their author's timeline instead
+-- of the followers' feeds (a celebrity's): their delete leaves the feeds
+-- alone, since none got the post. pushed is set, for good, when another
+-- handling of the same event pushed the post after all (a redelivery once
+-- the author fell below the threshold) or may have (a handling before a
+-- pull), so that the delete cleans the feeds. No foreign key: a post's row
+-- is never locked for this.
+CREATE TABLE IF NOT EXISTS pulled_posts (
+    post_id bigint  PRIMARY KEY,
+    pushed  boolean NOT NULL DEFAULT false
+);

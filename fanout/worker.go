@@ -42,6 +42,13 @@ type Graph interface {
 	MarkPulled(ctx context.Context, userID int64) error
 	// PostStatus tells whether a post exists, its author and whether it is deleted.
 	PostStatus(ctx context.Context, postID int64) (authorID int64, deleted, found bool, err error)
+	// MarkPostPulled records that a post went to its author's timeline and
+	// to no feed, if eventID (its post.created) was not handled before.
+	MarkPostPulled(ctx context.Context, postID, eventID int64) error
+	// MarkPostPushed records, for good, that a post goes into feeds.
+	MarkPostPushed(ctx context.Context, postID int64) error
+	// PostPulledOnly reports whether a post went to its author's timeline and to no feed.
+	PostPulledOnly(ctx context.Context, postID int64) (bool, error)
 }
 
 // Feeds is what the worker writes.
@@ -408,7 +415,7 @@ func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
 		if t.Type == outbox.PostCreated {
-			return w.pushPost(ctx, t.ID, p)
+			return w.pushPost(ctx, t, p)
 		}
 		return w.removePost(ctx, p)
 	case outbox.FanoutChunk:
@@ -487,7 +494,15 @@ func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (bool,
 	return !deleted, nil // a deleted post: post.deleted cleans what was
 }
 
-func (w *Worker) pushPost(ctx context.Context, eventID int64, p outbox.PostPayload) error {
+// pushPost delivers a new post: into its author's timeline if the author
+// is a celebrity, else into the followers' feeds (and the timeline too for a
+// former celebrity). What the post's delete must clean is recorded first: a
+// pulled post is in no feed, unless another handling of its event (one
+// before, or a redelivery after the author fell below the threshold) pushed
+// it. Only a first handling can know that none did before it, and a later
+// one that pushes (or any push of a former celebrity's post, whose earlier
+// handling may have been a pull) marks the post pushed for good.
+func (w *Worker) pushPost(ctx context.Context, t queue.Ticket, p outbox.PostPayload) error {
 	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
 		return err
 	}
@@ -495,13 +510,24 @@ func (w *Worker) pushPost(ctx context.Context, eventID int64, p outbox.PostPaylo
 	if err != nil {
 		return err
 	}
+	first := t.Deliveries <= 1 && t.Attempt <= 1 && t.Failures == 0
 	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
 		if !pulled {
 			if err := w.graph.MarkPulled(ctx, p.AuthorID); err != nil {
 				return err
 			}
 		}
+		if first {
+			if err := w.graph.MarkPostPulled(ctx, p.PostID, t.ID); err != nil {
+				return err
+			}
+		}
 		return w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
+	}
+	if pulled || !first {
+		if err := w.graph.MarkPostPushed(ctx, p.PostID); err != nil {
+			return err
+		}
 	}
 	if pulled {
 		// A former celebrity: readers still merge the timeline (it holds
@@ -511,7 +537,7 @@ func (w *Worker) pushPost(ctx context.Context, eventID int64, p outbox.PostPaylo
 		}
 	}
 	if followers > int64(w.cfg.ChunkSize) {
-		return w.split(ctx, eventID, p)
+		return w.split(ctx, t.ID, p)
 	}
 	return w.push(ctx, p.PostID, p.AuthorID, 0, 0)
 }
@@ -558,6 +584,11 @@ func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 		return err
 	}
 	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+		return err
+	}
+	// A celebrity's post went to the timeline only: no follower's feed
+	// has it, and a ZREM to each of millions of feeds would find nothing.
+	if only, err := w.graph.PostPulledOnly(ctx, p.PostID); err != nil || only {
 		return err
 	}
 	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(followers []int64) error {
