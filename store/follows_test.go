@@ -440,3 +440,103 @@ func TestFollowerIDs(t *testing.T) {
 		require.Empty(t, ids)
 	})
 }
+
+func TestFollowCursors(t *testing.T) {
+	t.Parallel()
+	const star = 1000
+
+	// starWithFollowers makes followers 100..119 follow the star, one second
+	// apart (100 the oldest), and returns the store.
+	starWithFollowers := func(t *testing.T) (*store.DB, *testBundle, time.Time) {
+		t.Helper()
+		db, bundle := setup(t)
+		for f := int64(100); f < 120; f++ {
+			requireFollows(t, db, f, star)
+		}
+		base := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+		exec(t, bundle.pool, `UPDATE follows SET created_at = $2::timestamptz + (follower_id - 100) * interval '1 second'
+WHERE followee_id = $1`, star, base)
+		return db, bundle, base
+	}
+	users := func(from, to int64) []int64 { // from down to to, inclusive
+		var ids []int64
+		for u := from; u >= to; u-- {
+			ids = append(ids, u)
+		}
+		return ids
+	}
+
+	t.Run("ACursorStaysValidAfterItsEdgeIsGone", func(t *testing.T) {
+		t.Parallel()
+		db, _, _ := starWithFollowers(t)
+		ctx := t.Context()
+		page, err := db.Followers(ctx, star, nil, 5)
+		require.NoError(t, err)
+		require.Equal(t, users(119, 115), followUsers(page))
+		last := page[len(page)-1]
+
+		// The follower the cursor names unfollows, and another one before it.
+		_, err = db.Unfollow(ctx, last.UserID, star)
+		require.NoError(t, err)
+		_, err = db.Unfollow(ctx, 113, star)
+		require.NoError(t, err)
+
+		next, err := db.Followers(ctx, star, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
+		require.NoError(t, err)
+		require.Equal(t, []int64{114, 112, 111, 110, 109}, followUsers(next))
+	})
+
+	t.Run("NewFollowsDoNotShiftLaterPages", func(t *testing.T) {
+		t.Parallel()
+		db, _, _ := starWithFollowers(t)
+		ctx := t.Context()
+		page, err := db.Followers(ctx, star, nil, 5)
+		require.NoError(t, err)
+		last := page[len(page)-1]
+
+		requireFollows(t, db, 500, star) // newer than every edge: on a fresh first page only
+		next, err := db.Followers(ctx, star, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
+		require.NoError(t, err)
+		require.Equal(t, users(114, 110), followUsers(next))
+		fresh, err := db.Followers(ctx, star, nil, 1)
+		require.NoError(t, err)
+		require.Equal(t, []int64{500}, followUsers(fresh))
+	})
+
+	t.Run("EdgesAMicrosecondApartPageInOrder", func(t *testing.T) {
+		t.Parallel()
+		db, bundle, base := starWithFollowers(t)
+		ctx := t.Context()
+		// 200's edge is a microsecond newer than 110's, with a larger id.
+		requireFollows(t, db, 200, star)
+		exec(t, bundle.pool, `UPDATE follows SET created_at = $2::timestamptz + interval '10 seconds' + interval '1 microsecond'
+WHERE followee_id = $1 AND follower_id = 200`, star, base)
+
+		all := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+			return db.Followers(ctx, star, after, limit)
+		}, 1)
+		want := append(append(users(119, 111), 200), users(110, 100)...)
+		require.Equal(t, want, followUsers(all))
+	})
+
+	t.Run("FollowingPagesTheSameWay", func(t *testing.T) {
+		t.Parallel()
+		db, bundle := setup(t)
+		ctx := t.Context()
+		for f := int64(100); f < 112; f++ {
+			requireFollows(t, db, 7, f)
+		}
+		base := time.Date(2026, 3, 4, 5, 6, 7, 0, time.UTC)
+		exec(t, bundle.pool, `UPDATE follows SET created_at = $2::timestamptz + (followee_id / 3) * interval '1 second'
+WHERE follower_id = $1`, 7, base)
+		page, err := db.Following(ctx, 7, nil, 4)
+		require.NoError(t, err)
+		require.Equal(t, []int64{111, 110, 109, 108}, followUsers(page))
+		last := page[len(page)-1]
+		_, err = db.Unfollow(ctx, 7, 108)
+		require.NoError(t, err)
+		next, err := db.Following(ctx, 7, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 100)
+		require.NoError(t, err)
+		require.Equal(t, users(107, 100), followUsers(next))
+	})
+}

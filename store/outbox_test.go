@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"strings"
@@ -464,6 +465,33 @@ func TestRetryDead(t *testing.T) {
 		require.Zero(t, n, "a pending row is not dead")
 	})
 
+	t.Run("ARevivedRowHasItsFailuresForgivenAndNoTicket", func(t *testing.T) {
+		t.Parallel()
+		db, bundle := setup(t)
+		ids := insertEvents(t, bundle.pool, 1)
+		requireClaim(t, db, ids...)
+		require.NoError(t, db.MarkPublished(t.Context(), ids, ticketsFor(ids), time.Hour))
+		dead, err := db.Fail(t.Context(), ids[0], 5, time.Hour, "transient")
+		require.NoError(t, err)
+		require.False(t, dead)
+		// A poison verdict parks it with its ticket still recorded.
+		exec(t, bundle.pool, "UPDATE outbox SET ticket = '42-0' WHERE id = $1", ids[0])
+		require.NoError(t, db.Bury(t.Context(), ids[0], "poison"))
+
+		n, err := db.RetryDead(t.Context(), ids[0])
+		require.NoError(t, err)
+		require.Equal(t, int64(1), n)
+		events := requireClaim(t, db, ids...)
+		require.Empty(t, events[0].Ticket, "published afresh, not taken for a ticket still queued")
+		require.Zero(t, events[0].Failures, "its earlier failures are forgiven")
+		require.Equal(t, 1, events[0].Attempt)
+
+		// Its full budget again: with max 2, one failure is not death.
+		dead, err = db.Fail(t.Context(), ids[0], 2, time.Hour, "again")
+		require.NoError(t, err)
+		require.False(t, dead)
+	})
+
 	t.Run("AllWithZero", func(t *testing.T) {
 		t.Parallel()
 		db, bundle, ids := deadRows(t)
@@ -487,26 +515,59 @@ func TestRetryDead(t *testing.T) {
 
 func TestDeleteFinished(t *testing.T) {
 	t.Parallel()
-	db, bundle := setup(t)
-	ids := insertEvents(t, bundle.pool, 10)
-	old, recent, pending, dead := ids[:5], ids[5:7], ids[7], ids[8:]
-	exec(t, bundle.pool, "UPDATE outbox SET status = 'done', finished_at = now() - interval '2 hours' WHERE id = ANY($1)", old)
-	exec(t, bundle.pool, "UPDATE outbox SET status = 'done', finished_at = now() - interval '10 minutes' WHERE id = ANY($1)", recent)
-	// Not done rows are kept whatever their times say.
-	exec(t, bundle.pool, "UPDATE outbox SET status = 'dead', finished_at = now() - interval '3 hours', created_at = now() - interval '3 hours' WHERE id = ANY($1)", dead)
-	exec(t, bundle.pool, "UPDATE outbox SET created_at = now() - interval '3 hours' WHERE id = $1", pending)
 
-	for _, want := range []int64{2, 2, 1, 0} {
-		n, err := db.DeleteFinished(t.Context(), time.Hour, 2)
+	t.Run("DeletesOnlyDoneRowsFinishedBeforeTheRetentionInBatches", func(t *testing.T) {
+		t.Parallel()
+		db, bundle := setup(t)
+		ids := insertEvents(t, bundle.pool, 11)
+		old, recent, pending, dead, lateDone := ids[:5], ids[5:7], ids[7], ids[8:10], ids[10]
+		exec(t, bundle.pool, "UPDATE outbox SET status = 'done', finished_at = now() - interval '2 hours' WHERE id = ANY($1)", old)
+		exec(t, bundle.pool, "UPDATE outbox SET status = 'done', finished_at = now() - interval '10 minutes' WHERE id = ANY($1)", recent)
+		// Not done rows are kept whatever their times say.
+		exec(t, bundle.pool, "UPDATE outbox SET status = 'dead', finished_at = now() - interval '3 hours', created_at = now() - interval '3 hours' WHERE id = ANY($1)", dead)
+		exec(t, bundle.pool, "UPDATE outbox SET created_at = now() - interval '3 hours' WHERE id = $1", pending)
+		// The retention counts from the finish, not from the creation.
+		exec(t, bundle.pool, "UPDATE outbox SET status = 'done', created_at = now() - interval '3 hours', finished_at = now() - interval '59 minutes' WHERE id = $1", lateDone)
+
+		for _, want := range []int64{2, 2, 1, 0} {
+			n, err := db.DeleteFinished(t.Context(), time.Hour, 2)
+			require.NoError(t, err)
+			require.Equal(t, want, n, "batches of at most the limit")
+		}
+
+		var left []int64
+		for _, r := range outboxRows(t, bundle.pool) {
+			left = append(left, r.ID)
+		}
+		require.Equal(t, append(append(append(slices.Clone(recent), pending), dead...), lateDone), left)
+	})
+
+	t.Run("SkipsRowsAnotherSessionHoldsInsteadOfWaiting", func(t *testing.T) {
+		t.Parallel()
+		db, bundle := setup(t)
+		ids := insertEvents(t, bundle.pool, 4)
+		exec(t, bundle.pool, "UPDATE outbox SET status = 'done', finished_at = now() - interval '2 hours'")
+		// Another cleaner (or anything else) holds two of them.
+		tx, err := bundle.pool.Begin(t.Context())
 		require.NoError(t, err)
-		require.Equal(t, want, n, "batches of at most the limit")
-	}
+		defer tx.Rollback(context.Background()) //nolint:errcheck
+		_, err = tx.Exec(t.Context(), "SELECT 1 FROM outbox WHERE id = ANY($1) FOR UPDATE", ids[:2])
+		require.NoError(t, err)
 
-	var left []int64
-	for _, r := range outboxRows(t, bundle.pool) {
-		left = append(left, r.ID)
-	}
-	require.Equal(t, append(append(slices.Clone(recent), pending), dead...), left)
+		// Bounded only so that a wait shows as a failure rather than a hang.
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+		defer cancel()
+		n, err := db.DeleteFinished(ctx, time.Hour, 10)
+		require.NoError(t, err, "the cleaner does not wait for locked rows")
+		require.Equal(t, int64(2), n)
+		require.Len(t, outboxRows(t, bundle.pool), 2)
+
+		require.NoError(t, tx.Rollback(t.Context()))
+		n, err = db.DeleteFinished(t.Context(), time.Hour, 10)
+		require.NoError(t, err)
+		require.Equal(t, int64(2), n, "the next pass takes them")
+		require.Empty(t, outboxRows(t, bundle.pool))
+	})
 }
 
 func TestOutboxStats(t *testing.T) {

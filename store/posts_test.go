@@ -511,3 +511,40 @@ func TestAuthorPostIDsSince(t *testing.T) {
 		require.Empty(t, ids)
 	})
 }
+
+func TestPostStatus(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := t.Context()
+	posts := createPosts(t, db, 4, 2)
+	require.NoError(t, db.DeletePost(ctx, posts[1].ID, 4))
+
+	t.Run("ALivePost", func(t *testing.T) {
+		t.Parallel()
+		author, deleted, found, err := db.PostStatus(t.Context(), posts[0].ID)
+		require.NoError(t, err)
+		require.True(t, found)
+		require.False(t, deleted)
+		require.Equal(t, int64(4), author)
+	})
+
+	t.Run("ADeletedPostIsFoundAndDeleted", func(t *testing.T) {
+		t.Parallel()
+		author, deleted, found, err := db.PostStatus(t.Context(), posts[1].ID)
+		require.NoError(t, err)
+		require.True(t, found, "a deleted post still exists: its fan-out must be undone, not skipped")
+		require.True(t, deleted)
+		require.Equal(t, int64(4), author)
+		_, err = db.Post(t.Context(), posts[1].ID)
+		require.ErrorIs(t, err, store.ErrNotFound, "while Post hides it")
+	})
+
+	t.Run("AMissingPostIsNotFoundAndNotAnError", func(t *testing.T) {
+		t.Parallel()
+		author, deleted, found, err := db.PostStatus(t.Context(), posts[1].ID+1000)
+		require.NoError(t, err)
+		require.False(t, found)
+		require.False(t, deleted)
+		require.Zero(t, author)
+	})
+}

@@ -23,8 +23,11 @@ var (
 	ErrSelfFollow = errors.New("cannot follow yourself")
 )
 
-// DB is the PostgreSQL store. Writes go to the primary; follower paging and
-// feed rebuilds may go to a read pool (a replica) when one is configured.
+// DB is the PostgreSQL store. The listings that users page through
+// (Followers, Following, AuthorPosts) go to a read pool (a replica) when one
+// is configured; writes, and every read that fan-out or a feed depends on
+// (follower pages, chunks, feed rebuilds, post lookups), go to the primary,
+// since a lagging replica would lose posts from feeds.
 type DB struct {
 	primary *pgxpool.Pool
 	read    *pgxpool.Pool

@@ -11,9 +11,11 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -256,4 +258,119 @@ func TestNotifyWakesListener(t *testing.T) {
 
 	cancel()
 	wg.Wait()
+}
+
+// waitSignal waits for a wake-up from Listen (failing after 10s).
+func waitSignal(t *testing.T, wake <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no wake-up from the listener")
+	}
+}
+
+// requireNoSignal requires that no wake-up is waiting.
+func requireNoSignal(t *testing.T, wake <-chan struct{}) {
+	t.Helper()
+	select {
+	case <-wake:
+		t.Fatal("a wake-up without a notification")
+	default:
+	}
+}
+
+func TestListen(t *testing.T) {
+	t.Parallel()
+
+	t.Run("ReconnectsAndSignalsAfterLosingItsConnection", func(t *testing.T) {
+		t.Parallel()
+		url := testenv.NewDatabaseURL(t)
+		pool := testenv.Pool(t, url)
+		core, logs := observer.New(zap.DebugLevel)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		wake := store.Listen(ctx, url, zap.New(core))
+		waitSignal(t, wake)
+		first := listenerPID(t, pool)
+
+		// The server drops the listener's session (a restart, a failover).
+		var terminated bool
+		require.NoError(t, pool.QueryRow(t.Context(), "SELECT pg_terminate_backend($1)", first).Scan(&terminated))
+		require.True(t, terminated)
+
+		// It listens again on a new session and signals, since
+		// notifications may have been missed meanwhile.
+		waitSignal(t, wake)
+		second := listenerPID(t, pool)
+		require.NotEqual(t, first, second)
+		require.Equal(t, 1, logs.FilterMessage("outbox listener lost its connection; reconnecting").Len())
+		requireNoSignal(t, wake)
+
+		_, err := pool.Exec(t.Context(), "SELECT pg_notify($1, '')", store.OutboxChannel)
+		require.NoError(t, err)
+		waitSignal(t, wake)
+	})
+
+	t.Run("KeepsTryingWhileTheServerRefuses", func(t *testing.T) {
+		t.Parallel()
+		core, logs := observer.New(zap.DebugLevel)
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		u, err := url.Parse(testenv.DatabaseURL())
+		require.NoError(t, err)
+		u.Path = "/nf_test_no_such_database"
+		wake := store.Listen(ctx, u.String(), zap.New(core))
+		require.Eventually(t, func() bool {
+			return logs.FilterMessage("outbox listener lost its connection; reconnecting").Len() >= 2
+		}, 10*time.Second, 5*time.Millisecond, "a second attempt after the first failed")
+		requireNoSignal(t, wake)
+		cancel() // and the goroutine ends: goleak checks at the end
+	})
+}
+
+// listenerPID waits for the one session of the test's database that
+// LISTENs and returns its pid.
+func listenerPID(t *testing.T, pool *pgxpool.Pool) int32 {
+	t.Helper()
+	var pid int32
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		rows, err := pool.Query(context.Background(), `
+SELECT pid FROM pg_stat_activity
+WHERE datname = current_database() AND pid <> pg_backend_pid() AND query LIKE 'LISTEN %'`)
+		require.NoError(c, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(c, err)
+		require.Len(c, pids, 1)
+		pid = pids[0]
+	}, 10*time.Second, 5*time.Millisecond)
+	return pid
+}
+
+func TestNotifierKeepsRunningWhenNotifyFails(t *testing.T) {
+	t.Parallel()
+	pool := testenv.NewPool(t)
+	pool.Close()
+	core, logs := observer.New(zap.DebugLevel)
+	n := store.NewNotifier(pool, zap.New(core))
+	ctx, cancel := context.WithCancel(t.Context())
+	var wg sync.WaitGroup
+	wg.Go(func() { n.Run(ctx) })
+
+	failures := func() int { return logs.FilterMessage("outbox notify failed; dispatchers will poll").Len() }
+	n.Notify()
+	require.Eventually(t, func() bool { return failures() == 1 }, 10*time.Second, 5*time.Millisecond)
+	// Still running: the next request is tried (and fails) too.
+	require.Eventually(t, func() bool { n.Notify(); return failures() >= 2 }, 10*time.Second, 5*time.Millisecond)
+	cancel()
+	wg.Wait()
+	require.Equal(t, zap.DebugLevel, logs.All()[0].Level, "a lost wake-up costs a poll: not worth more than debug")
+}
+
+func TestPing(t *testing.T) {
+	t.Parallel()
+	db, bundle := setup(t)
+	require.NoError(t, db.Ping(t.Context()))
+	bundle.pool.Close()
+	require.Error(t, db.Ping(t.Context()))
 }
