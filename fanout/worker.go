@@ -266,6 +266,8 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}
 
+	w.log.Info("stopped taking tickets; waiting for those in flight",
+		zap.Int("in_flight", len(slots)), zap.Duration("timeout", w.cfg.ShutdownTimeout))
 	done := make(chan struct{})
 	go func() { inFlight.Wait(); close(done) }()
 	select {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/newsfeed/newsfeed/fanout"
@@ -81,6 +84,18 @@ var consumerSeq atomic.Int64
 // bundle's metrics and a ShutdownTimeout of 5s.
 func (b *testBundle) newWorker(t *testing.T, feeds fanout.Feeds, cfg fanout.Config) *fanout.Worker {
 	t.Helper()
+	return b.newWorkerOn(t, feeds, b.db, b.queue, cfg)
+}
+
+// newOutboxWorker is newWorker reporting to ob.
+func (b *testBundle) newOutboxWorker(t *testing.T, feeds fanout.Feeds, ob fanout.Outbox, cfg fanout.Config) *fanout.Worker {
+	t.Helper()
+	return b.newWorkerOn(t, feeds, ob, b.queue, cfg)
+}
+
+// newWorkerOn is newWorker reporting to ob and taking tickets from q.
+func (b *testBundle) newWorkerOn(t *testing.T, feeds fanout.Feeds, ob fanout.Outbox, q fanout.Queue, cfg fanout.Config) *fanout.Worker {
+	t.Helper()
 	if cfg.Consumer == "" {
 		cfg.Consumer = fmt.Sprintf("worker-%d", consumerSeq.Add(1))
 	}
@@ -90,7 +105,7 @@ func (b *testBundle) newWorker(t *testing.T, feeds fanout.Feeds, cfg fanout.Conf
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	return fanout.New(b.db, feeds, b.db, b.queue, cfg)
+	return fanout.New(b.db, feeds, ob, q, cfg)
 }
 
 // running is a worker's Run in the background.
@@ -228,12 +243,16 @@ type outboxRow struct {
 func (b *testBundle) row(t tb, id int64) outboxRow {
 	t.Helper()
 	var r outboxRow
-	var dueIn float64
+	var dueIn *float64
 	err := b.pool.QueryRow(context.Background(), `
-SELECT id, event_type, payload, status, attempts, last_error, extract(epoch FROM due_at - now())::float8
+SELECT id, event_type, payload, status, attempts, last_error,
+       CASE WHEN due_at <> 'infinity' THEN extract(epoch FROM due_at - now())::float8 END
 FROM outbox WHERE id = $1`, id).Scan(&r.ID, &r.Type, &r.Payload, &r.Status, &r.Attempts, &r.LastError, &dueIn)
 	require.NoError(t, err)
-	r.DueIn = time.Duration(dueIn * float64(time.Second))
+	r.DueIn = time.Duration(math.MaxInt64) // never: a parent waiting for its chunks
+	if dueIn != nil {
+		r.DueIn = time.Duration(*dueIn * float64(time.Second))
+	}
 	return r
 }
 
@@ -631,7 +650,8 @@ RETURNING id`).Scan(&notJSON))
 			}
 			return nil
 		}}
-		run(t, b.newWorker(t, feeds, fanout.Config{
+		ob := &hookedOutbox{DB: b.db}
+		run(t, b.newOutboxWorker(t, feeds, ob, fanout.Config{
 			MaxAttempts: 5,
 			Backoff:     outbox.Backoff{Base: time.Minute, Max: time.Hour},
 		}))
@@ -648,9 +668,13 @@ RETURNING id`).Scan(&notJSON))
 		require.Equal(t, 1, r.Attempts)
 		require.NotNil(t, r.LastError)
 		require.Contains(t, *r.LastError, errOnFire.Error())
-		// Backoff.Delay(1) = 1 minute ± 25%.
-		require.Greater(t, r.DueIn, 40*time.Second)
-		require.LessOrEqual(t, r.DueIn, 75*time.Second)
+		// Backoff.Delay(1) = 1 minute ± 25%, and the row is due then.
+		retries := ob.failRetries()
+		require.Len(t, retries, 1)
+		require.GreaterOrEqual(t, retries[0], 45*time.Second)
+		require.LessOrEqual(t, retries[0], 75*time.Second)
+		require.Positive(t, r.DueIn, "due before its backoff")
+		require.LessOrEqual(t, r.DueIn, retries[0])
 		b.requireQueueEmpty(t)
 		require.Empty(t, b.feedPosts(t, follower))
 		require.Empty(t, b.deadTickets(t))
@@ -790,12 +814,15 @@ func TestRedelivery(t *testing.T) {
 
 	t.Run("HeartbeatKeepsALongFanoutFromTakeoverAndRepublishing", func(t *testing.T) {
 		t.Parallel()
-		// The fan-out lasts more than twice ClaimIdle and RedeliverAfter; the
-		// heartbeat (every ClaimIdle/3) keeps both the queue and the outbox off it.
+		// A fan-out that lasts until the test has seen the heartbeat at
+		// work, on the state that takeovers and republications read: the
+		// outbox row's redelivery deadline moves on (a dispatcher publishes
+		// a row again only once it passed), and the ticket's idle time in
+		// the stream drops back (ClaimStale takes only tickets idle for
+		// ClaimIdle). The test waits for that state, not for a clock.
 		const (
-			claimIdle      = 1500 * time.Millisecond
-			redeliverAfter = 2 * time.Second
-			fanoutTakes    = 5 * time.Second
+			claimIdle      = 3 * time.Second // a heartbeat every second
+			redeliverAfter = time.Hour
 		)
 		_, b := setup(t, fanout.Config{}, feed.Config{})
 		const author = int64(1)
@@ -803,51 +830,61 @@ func TestRedelivery(t *testing.T) {
 		b.follow(t, author, followers)
 		b.buildFeeds(t, followers)
 
-		started := make(chan struct{})
+		started, release := make(chan struct{}), make(chan struct{})
 		var startOnce sync.Once
 		slow := &hookedFeeds{Feeds: b.feeds, beforePush: func(ctx context.Context) error {
 			startOnce.Do(func() { close(started) })
 			select {
 			case <-ctx.Done():
 				return ctx.Err()
-			case <-time.After(fanoutTakes):
+			case <-release:
 				return nil
 			}
 		}}
-		var otherPushes atomic.Int64
-		other := &hookedFeeds{Feeds: b.feeds, beforePush: func(context.Context) error {
-			otherPushes.Add(1)
-			return nil
-		}}
-		cfg := fanout.Config{ClaimIdle: claimIdle, RedeliverAfter: redeliverAfter}
-		run(t, b.newWorker(t, slow, cfg))
+		const consumer = "heartbeat-worker"
+		run(t, b.newWorker(t, slow, fanout.Config{ClaimIdle: claimIdle, RedeliverAfter: redeliverAfter, Consumer: consumer}))
 
 		postID := b.post(t, author)
-		disp := outbox.NewDispatcher(b.db, b.queue, outbox.Config{
-			RedeliverAfter: redeliverAfter, PollInterval: 50 * time.Millisecond,
-		})
+		disp := outbox.NewDispatcher(b.db, b.queue, outbox.Config{RedeliverAfter: redeliverAfter})
 		n, err := disp.DispatchOnce(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 		select {
 		case <-started:
 		case <-time.After(10 * time.Second):
-			t.Fatal("the slow worker did not start the fan-out")
+			t.Fatal("the worker did not start the fan-out")
 		}
+		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		var published time.Time
+		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT due_at FROM outbox WHERE id = $1`, r.ID).Scan(&published))
 
-		// Another worker, and a dispatcher that republishes lost tickets.
-		run(t, b.newWorker(t, other, cfg))
-		dispCtx, stopDisp := context.WithCancel(context.Background())
-		dispDone := make(chan error, 1)
-		go func() { dispDone <- disp.Run(dispCtx) }()
-		defer func() { stopDisp(); require.NoError(t, <-dispDone) }()
+		// Extend: the deadline moves past the one the publication set.
+		eventually(t, func(c *assert.CollectT) {
+			var due time.Time
+			require.NoError(c, b.pool.QueryRow(context.Background(), `SELECT due_at FROM outbox WHERE id = $1`, r.ID).Scan(&due))
+			require.True(c, due.After(published), "due_at %v not extended past %v", due, published)
+		}, "the heartbeat extends the outbox row")
+		// Touch: the ticket's idle time, which only grows between touches,
+		// drops back; the ticket stays with its worker.
+		var previous time.Duration
+		eventually(t, func(c *assert.CollectT) {
+			p, err := b.rdb.XPendingExt(context.Background(), &redis.XPendingExtArgs{
+				Stream: b.queue.Stream(), Group: "fanout", Start: "-", End: "+", Count: 10,
+			}).Result()
+			require.NoError(c, err)
+			require.Len(c, p, 1)
+			require.Equal(c, consumer, p[0].Consumer)
+			idle := p[0].Idle
+			touched := idle < previous
+			previous = idle
+			require.True(c, touched, "idle %v", idle)
+		}, "the heartbeat touches the ticket")
+		close(release)
 
 		b.deliver(t)
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r = b.row(t, r.ID)
 		require.Equal(t, "done", r.Status)
 		require.Equal(t, 1, r.Attempts, "the outbox row was published again during its fan-out")
-		require.Zero(t, otherPushes.Load(), "the other worker took over a ticket whose worker was alive")
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "done"))
 		for _, u := range followers {
 			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
 		}
@@ -1093,7 +1130,8 @@ func TestShutdown(t *testing.T) {
 				return ctx.Err()
 			}
 		}}
-		r := run(t, b.newWorker(t, slow, fanout.Config{ShutdownTimeout: 20 * time.Second}))
+		core, logs := observer.New(zap.InfoLevel)
+		r := run(t, b.newWorker(t, slow, fanout.Config{ShutdownTimeout: 20 * time.Second, Logger: zap.New(core)}))
 		postID := b.post(t, author)
 		b.dispatch(t)
 		select {
@@ -1103,12 +1141,18 @@ func TestShutdown(t *testing.T) {
 		}
 
 		r.cancel()
-		// Run waits for the fan-out (the next Read blocks for at most 1s
-		// before it notices the cancel; then it drains).
-		require.Never(t, func() bool { return len(r.done) > 0 }, 1500*time.Millisecond, 50*time.Millisecond,
-			"Run returned with a fan-out in flight")
+		// Run stops taking tickets and waits for the one in flight. Had it
+		// returned instead, it would have cancelled the fan-out's context,
+		// and the fan-out would have been abandoned, not finished.
+		eventually(t, func(c *assert.CollectT) {
+			draining := logs.FilterMessage("stopped taking tickets; waiting for those in flight").All()
+			require.Len(c, draining, 1)
+			require.EqualValues(c, 1, draining[0].ContextMap()["in_flight"])
+		})
+		require.Empty(t, r.done, "Run returned with a fan-out in flight")
 		close(release)
 		r.wait(t)
+		require.Zero(t, b.tickets(t, outbox.PostCreated, "abandoned"))
 
 		row := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "done", row.Status)
