@@ -4,22 +4,26 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 )
 
 // Celebrities — authors with more followers than the threshold — are not
 // fanned out: each has a timeline in Redis (a sorted set of their post ids,
 // like a feed, with the same markers), and a home feed read merges the
 // timelines of the celebrities its reader follows with the reader's feed.
-// Which followees of a reader are celebrities is cached per reader for a
-// minute and dropped on every follow and unfollow of theirs.
-
-const celebrityCacheTTL = time.Minute
-
-// noCelebrities is the cached list of a reader who follows none.
-const noCelebrities = "0"
+//
+// Which of a reader's followees are celebrities is the intersection of
+// their following hash with the set of pulled authors (every author whose
+// posts were ever pulled instead of pushed: once pulled, always merged, as
+// the posts of those days are in nobody's feed). A reader's intersection is
+// cached, tagged with the version of their following hash and the size of
+// the pulled set, both of which only change when the answer may: a follow,
+// an unfollow, a new celebrity. A cached list whose tag is not current is
+// never used, so no list is ever stale, and none is ever written with a
+// current tag from older data.
 
 // IsCelebrity reports whether an author with this many followers is pulled
 // at read time instead of fanned out.
@@ -28,9 +32,14 @@ func (f *Feeds) IsCelebrity(followers int64) bool {
 }
 
 // AddToTimeline adds a celebrity's post to their timeline, if the timeline
-// exists (a read rebuilds a missing one from PostgreSQL).
+// exists (a read rebuilds a missing one from PostgreSQL). It first adds the
+// author to the pulled authors, so that every read from then on merges the
+// timeline.
 func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error {
-	err := pushScript.Run(ctx, f.rdb, []string{f.keys.timeline(authorID)}, postID, f.cfg.MaxLen).Err()
+	if err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err(); err != nil {
+		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
+	}
+	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen))
 	if err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
@@ -39,61 +48,91 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
-	if err := f.rdb.ZRem(ctx, f.keys.timeline(authorID), strconv.FormatInt(postID, 10)).Err(); err != nil {
+	if _, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, postID); err != nil {
 		return fmt.Errorf("remove post %d from timeline %d: %w", postID, authorID, err)
 	}
 	return nil
 }
 
-// celebrities returns the celebrities userID follows, from the cached list
-// read with the page (cached) or else from PostgreSQL, caching it.
-func (f *Feeds) celebrities(ctx context.Context, userID int64, cached *redis.StringSliceCmd) ([]int64, error) {
+// celebrities returns the pulled authors userID follows: from the cached
+// list when its tag is current (meta, read with the page), else computed
+// from the following hash and the pulled set, and cached.
+func (f *Feeds) celebrities(ctx context.Context, userID int64, meta readMeta) ([]int64, error) {
 	if f.cfg.CelebrityThreshold <= 0 {
 		return nil, nil
 	}
-	if cached != nil && len(cached.Val()) > 0 {
-		var ids []int64
-		for _, m := range cached.Val() {
-			if id, err := strconv.ParseInt(m, 10, 64); err == nil && m != noCelebrities {
-				ids = append(ids, id)
-			}
+	if !meta.pulledComplete {
+		n, err := f.rebuildPulled(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return ids, nil
+		meta.pulledCount = n
 	}
-	ids, err := f.store.CelebrityFollowees(ctx, userID, f.cfg.CelebrityThreshold)
+	tag := meta.followingVersion + "/" + strconv.FormatInt(meta.pulledCount, 10) + "|"
+	if list, ok := strings.CutPrefix(meta.celebCache, tag); ok {
+		return parseIDs(list), nil
+	}
+	fields, err := f.rdb.HKeys(ctx, f.keys.following(userID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("celebrities followed by %d: %w", userID, err)
 	}
-	members := []any{noCelebrities}
-	for _, id := range ids {
-		members = append(members, id)
+	var followees []any
+	for _, m := range fields {
+		if m != versionField {
+			followees = append(followees, m)
+		}
 	}
-	key := f.keys.celebrities(userID)
-	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Del(ctx, key)
-		p.SAdd(ctx, key, members...)
-		p.Expire(ctx, key, celebrityCacheTTL)
-		return nil
-	}); err != nil {
-		return nil, fmt.Errorf("cache celebrities followed by %d: %w", userID, err)
+	var ids []int64
+	if len(followees) > 0 {
+		pulled, err := f.rdb.SMIsMember(ctx, f.keys.pulled(), followees...).Result()
+		if err != nil {
+			return nil, fmt.Errorf("celebrities followed by %d: %w", userID, err)
+		}
+		for i, ok := range pulled {
+			if id, err := strconv.ParseInt(followees[i].(string), 10, 64); ok && err == nil {
+				ids = append(ids, id)
+			}
+		}
+	}
+	list := make([]string, len(ids))
+	for i, id := range ids {
+		list[i] = strconv.FormatInt(id, 10)
+	}
+	// A failed write only costs this computation again on the next read.
+	if err := f.rdb.Set(ctx, f.keys.celebrities(userID), tag+strings.Join(list, ","), f.cfg.ActiveTTL).Err(); err != nil && ctx.Err() == nil {
+		f.log.Warn("celebrity list cache write failed", zap.Error(err))
 	}
 	return ids, nil
 }
 
-// forgetCelebrities drops a reader's cached celebrity list.
-func (f *Feeds) forgetCelebrities(ctx context.Context, userID int64) error {
-	if err := f.rdb.Del(ctx, f.keys.celebrities(userID)).Err(); err != nil {
-		return fmt.Errorf("forget celebrities of %d: %w", userID, err)
+// rebuildPulled fills the set of pulled authors from PostgreSQL and marks it
+// complete; authors added meanwhile by fan-out stay. It returns its size.
+func (f *Feeds) rebuildPulled(ctx context.Context) (int64, error) {
+	ids, err := f.store.PulledAuthors(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("pulled authors: %w", err)
 	}
-	return nil
+	members := append([]any{completeMarker}, int64sToArgs(ids)...)
+	var size *redis.IntCmd
+	_, err = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for start := 0; start < len(members); start += maxPipeline {
+			p.SAdd(ctx, f.keys.pulled(), members[start:min(start+maxPipeline, len(members))]...)
+		}
+		size = p.SCard(ctx, f.keys.pulled())
+		return nil
+	})
+	if err != nil {
+		return 0, fmt.Errorf("pulled authors: %w", err)
+	}
+	return size.Val(), nil
 }
 
-// rebuildTimeline fills a missing timeline with the author's newest max_len
-// posts, once under concurrent reads, keeping posts added meanwhile — as a
-// feed rebuild does.
-func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
-	return f.rebuildSet(ctx, f.keys.timeline(authorID), f.keys.timelineLock(authorID), func(ctx context.Context) ([]int64, []Post, error) {
-		ids, err := f.store.AuthorPostIDsSince(ctx, authorID, 0, f.cfg.MaxLen)
-		return ids, nil, err
-	})
+func parseIDs(list string) []int64 {
+	var ids []int64
+	for _, s := range strings.Split(list, ",") {
+		if id, err := strconv.ParseInt(s, 10, 64); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return ids
 }

@@ -4,30 +4,66 @@
 // hydrated from a post cache with PostgreSQL behind it. Reading past what
 // Redis keeps, and rebuilding a feed Redis lost, go to PostgreSQL.
 //
-// A feed key holds one marker at rank 0 besides the post ids:
+// # Markers
 //
-//	"0"  (score 0)  the feed is complete: it has every recent post
-//	"-1" (score -1) a rebuild is filling it
+// A feed (and a celebrity's timeline, which works the same way) holds markers
+// below its post ids, which score 1 and up:
+//
+//	"0"        (score 0)    the set is complete: a newest prefix of the truth,
+//	                        every post it should hold down to its lowest entry
+//	"w"        (score 0.5)  it holds the whole history: a read that runs out
+//	                        of it need not ask PostgreSQL
+//	"b<token>" (score -1)   a rebuild (the one holding that token) is filling it
+//
+// The lowest post entry of a complete set is its bound: reads go on in
+// PostgreSQL below it. Removing entries (deletes, unfollows, trims) only
+// raises the bound, which keeps the set a prefix — until a set that is not
+// whole loses its last post: a prefix of nothing knows no bound, so the
+// scripts drop it and the next read rebuilds it.
+//
+// # Who the reader follows
+//
+// Beside each feed, a hash (following:{id}) holds whom the reader follows
+// now — a field per followee, and "v", a version that every change bumps and
+// whose presence says the hash is complete. It is written by the rebuild from
+// PostgreSQL, in the same script that completes the feed, and changed by the
+// follow and unfollow scripts in the same call that changes the feed. Reads
+// drop every post whose author is not in it: a post that a fan-out wrote
+// after the reader unfollowed its author is never shown, whatever the order
+// of writes. A feed without its hash is rebuilt.
 //
 // Writers push only into feeds that exist, so a feed that Redis lost, or that
 // was never read, costs nothing until its owner reads it and it is rebuilt.
-// A rebuild first adds the "-1" placeholder so that pushes made while it
-// reads PostgreSQL land in the feed too, and swaps it for "0" at the end.
+// A rebuild first adds its placeholder so that pushes made while it reads
+// PostgreSQL land in the feed too, and swaps it for "0" at the end — only if
+// its own placeholder is still there: a follow or an unfollow while it read
+// drops the set, and the rebuild gives up.
 package feed
 
 import "strconv"
 
 const (
 	completeMarker = "0"
-	buildingMarker = "-1"
+	wholeMarker    = "w"
+	// buildingScore is the score of rebuild placeholders, "b" + the
+	// rebuild's token.
+	buildingScore = -1
+	// versionField of the following hash counts its changes; the hash is
+	// complete when it is there.
+	versionField = "v"
 )
 
 // keys names every Redis key this package uses. Keys of one user share the
-// hash tag {id}, so they live on one Redis Cluster slot.
+// hash tag {id}, so they live on one Redis Cluster slot and one script can
+// change them together.
 type keys struct{ prefix string }
 
 func (k keys) feed(userID int64) string {
 	return k.prefix + "feed:{" + strconv.FormatInt(userID, 10) + "}"
+}
+
+func (k keys) following(userID int64) string {
+	return k.prefix + "following:{" + strconv.FormatInt(userID, 10) + "}"
 }
 
 func (k keys) rebuildLock(userID int64) string {
@@ -45,6 +81,11 @@ func (k keys) timelineLock(authorID int64) string {
 func (k keys) celebrities(userID int64) string {
 	return k.prefix + "celebs:{" + strconv.FormatInt(userID, 10) + "}"
 }
+
+// pulled is the set of authors whose posts were ever pulled at read time
+// instead of pushed (celebrities, now or before), with the member "0" when
+// it is complete.
+func (k keys) pulled() string { return k.prefix + "pulled" }
 
 func (k keys) post(postID int64) string {
 	return k.prefix + "post:" + strconv.FormatInt(postID, 10)

@@ -3,54 +3,76 @@ package feed
 import "github.com/redis/go-redis/v9"
 
 // The scripts keep every feed and timeline a complete newest prefix of the
-// truth: the set holds every post it should down to its lowest entry, and
-// reads go on in PostgreSQL below that. Besides the complete marker "0"
-// (rank 0), a set that holds the whole history has the member "w" (score
-// 0.5, rank 1): reads that run out of it need not ask PostgreSQL. Trimming
-// removes from rank 1 up, so the first trim of a whole set removes "w"
-// with its oldest posts: it is a prefix from then on, at no extra cost.
+// truth, or its whole history (see the package doc for the markers). Each
+// asks the same questions of the set it changes: is it missing, under
+// rebuild, whole, a prefix (and then what is its bound), and does the change
+// leave it a prefix of nothing. Trimming removes from rank 1 up, keeping the
+// marker at rank 0: the first trim of a whole set removes "w" with its oldest
+// posts, so it is a prefix from then on at no extra cost.
 
-// pushScript adds one post (ARGV[1]) to one set if the set exists, then trims
-// it to ARGV[2] entries, keeping the marker at rank 0. An id older than every
-// post of a complete prefix is left out: it would leave a gap above it
-// (reads find it in PostgreSQL). It returns 1 when it added the post, 0 when
-// it did not, -1 when there is no set.
-var pushScript = redis.NewScript(`
-local n = redis.call('ZCARD', KEYS[1])
-if n == 0 then return -1 end
-local added = redis.call('ZADD', KEYS[1], ARGV[1], ARGV[1])
-if n > tonumber(ARGV[2]) then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[2]) + 1))
-elseif added == 1 and n > 1 and redis.call('ZRANK', KEYS[1], ARGV[1]) == 1
-    and redis.call('ZSCORE', KEYS[1], '0') then
-  redis.call('ZREM', KEYS[1], ARGV[1])
-  added = 0
+// luaCommon is put before every script that changes a set.
+const luaCommon = `
+-- A set under rebuild holds one placeholder or more at score -1.
+local function building(k)
+  return redis.call('ZCOUNT', k, -1, -1) > 0
 end
-return added
-`)
 
-// pushManyScript is pushScript for many feeds (KEYS) in one call: the cost of
-// running a script is paid once per page of followers instead of once per
-// follower, which brings a fan-out closer to plain pipelined ZADD. A full
-// feed is trimmed back to max_len (ARGV[2]) once it holds ARGV[3] entries
-// more, not on every push: trimming is most of a push's cost once feeds are
-// full, and reads, which take the newest, never see the difference. Scripts
-// may only touch keys of one slot in a Redis Cluster, so there pushScript is
-// pipelined instead. It returns how many feeds gained the post.
-var pushManyScript = redis.NewScript(`
+-- A complete set that is not whole and holds no post any more is a prefix
+-- of nothing: it knows no bound, so it goes (with the user's following
+-- hash, fk, when given), and the next read rebuilds it.
+local function dropIfEmptyPrefix(k, fk)
+  if redis.call('ZCARD', k) == 1 and redis.call('ZSCORE', k, '0') then
+    redis.call('DEL', k)
+    if fk then redis.call('DEL', fk) end
+    return true
+  end
+  return false
+end
+
+-- ZREM of many members, in slices that Lua's unpack can take.
+local function zremMany(k, members, from)
+  local removed = 0
+  for i = from, #members, 1000 do
+    removed = removed + redis.call('ZREM', k, unpack(members, i, math.min(i + 999, #members)))
+  end
+  return removed
+end
+
+-- Back to maxlen posts once the set holds more than maxlen + slack
+-- entries (markers included), keeping the marker at rank 0.
+local function trim(k, maxlen, slack)
+  if redis.call('ZCARD', k) > maxlen + 1 + slack then
+    redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))
+  end
+end
+`
+
+// pushScript adds one post (ARGV[1]) to every set among KEYS that exists,
+// and trims a set back to max_len (ARGV[2]) once it holds ARGV[3] entries
+// more: trimming is most of a push's cost once feeds are full, and reads,
+// which take the newest, never see the difference. A post older than every
+// post of a complete prefix is left out: it would leave a gap above it
+// (reads find it in PostgreSQL); that includes a set holding only its
+// marker. One call serves a page of followers, so the cost of running a
+// script is paid once per page instead of once per follower; in a Redis
+// Cluster, where a script may only touch keys of one slot, it is called
+// with one key at a time. It returns how many sets gained the post.
+var pushScript = redis.NewScript(luaCommon + `
+local id = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local trimAt = maxlen + tonumber(ARGV[3])
 local added = 0
 for i = 1, #KEYS do
   local k = KEYS[i]
-  local n = redis.call('ZCARD', k) -- 0: no feed (a feed holds its marker)
+  local n = redis.call('ZCARD', k) -- 0: no set (a set holds a marker)
   if n > 0 then
-    local a = redis.call('ZADD', k, ARGV[1], ARGV[1])
+    local a = redis.call('ZADD', k, id, id)
     if n > trimAt then
       redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))
-    elseif a == 1 and n > 1 and redis.call('ZRANK', k, ARGV[1]) == 1
-        and redis.call('ZSCORE', k, '0') then
-      redis.call('ZREM', k, ARGV[1])
+    elseif a == 1 and redis.call('ZRANK', k, id) == 1 and redis.call('ZSCORE', k, '0') then
+      -- rank 1 of a complete set: below every post of a prefix ("w"
+      -- holds rank 1 of a whole set, so this is never one)
+      redis.call('ZREM', k, id)
       a = 0
     end
     added = added + a
@@ -59,75 +81,116 @@ end
 return added
 `)
 
-// mergeScript adds several posts (ARGV[3..]) of a newly followed author to
-// one feed if it exists, then trims it to ARGV[1] entries. When ARGV[2] is not
-// 0 the merged posts may not be all the author's posts down to the feed's
-// lowest entry, so entries older than ARGV[2] are dropped first (and the feed
-// is a prefix from then on). Posts older than the lowest entry of a prefix
-// are left out. A feed under rebuild, or a prefix with no posts left, is
-// dropped instead: the next read rebuilds it with the new follow. It returns
-// how many it added, or -1 when there is no feed (any more).
-var mergeScript = redis.NewScript(`
-local k = KEYS[1]
-if redis.call('EXISTS', k) == 0 then return -1 end
-if redis.call('ZSCORE', k, '-1') then
-  redis.call('DEL', k)
+// followScript records that the reader follows ARGV[3] in their following
+// hash (KEYS[2]) and merges posts (ARGV[4..]) of the new followee into
+// their feed (KEYS[1]), if the feed exists, then trims it to ARGV[1]
+// entries. When ARGV[2] (the floor) is not 0 the merged posts may not be all
+// the followee's posts down to the feed's bound, so entries older than the
+// floor are dropped first and the floor is the bound from then on (with no
+// posts to merge, the floor is above every post of the followee). Posts
+// below the bound are left out. A feed under rebuild, or without its
+// following hash, is dropped instead: the next read rebuilds it with the
+// new follow. It returns how many posts it added, or -1 when there is no
+// feed (any more).
+var followScript = redis.NewScript(luaCommon + `
+local k, fk = KEYS[1], KEYS[2]
+if redis.call('EXISTS', k) == 0 then
+  redis.call('DEL', fk)
   return -1
 end
-if ARGV[2] ~= '0' then
-  redis.call('ZREMRANGEBYSCORE', k, 1, '(' .. ARGV[2])
-  redis.call('ZREM', k, 'w')
+if building(k) or redis.call('HEXISTS', fk, 'v') == 0 then
+  redis.call('DEL', k, fk)
+  return -1
 end
-local lowest = nil
+redis.call('HSET', fk, ARGV[3], 1)
+redis.call('HINCRBY', fk, 'v', 1)
+local bound = nil -- nil: the feed is whole
 if not redis.call('ZSCORE', k, 'w') then
   local low = redis.call('ZRANGEBYSCORE', k, 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-  if #low == 0 and ARGV[2] == '0' then
-    redis.call('DEL', k)
+  if #low == 0 then -- cannot be: the scripts drop empty prefixes
+    redis.call('DEL', k, fk)
     return -1
   end
-  if #low > 0 then lowest = tonumber(low[2]) end
+  bound = tonumber(low[2])
+end
+local floor = tonumber(ARGV[2])
+if floor > 0 then
+  redis.call('ZREMRANGEBYSCORE', k, 1, '(' .. ARGV[2])
+  redis.call('ZREM', k, 'w')
+  if bound == nil or bound < floor then bound = floor end
 end
 local added = 0
-for i = 3, #ARGV do
-  if lowest == nil or tonumber(ARGV[i]) >= lowest then
+for i = 4, #ARGV do
+  if bound == nil or tonumber(ARGV[i]) >= bound then
     added = added + redis.call('ZADD', k, ARGV[i], ARGV[i])
   end
 end
-if redis.call('ZCARD', k) > tonumber(ARGV[1]) + 1 then
-  redis.call('ZREMRANGEBYRANK', k, 1, -(tonumber(ARGV[1]) + 1))
-end
+trim(k, tonumber(ARGV[1]), 0)
+if dropIfEmptyPrefix(k, fk) then return -1 end
 return added
 `)
 
-// unfollowScript removes posts (ARGV) from one feed. A feed under rebuild is
-// dropped instead: the rebuild read PostgreSQL before the unfollow and would
-// put the posts back; the next read rebuilds it without them.
-var unfollowScript = redis.NewScript(`
-if redis.call('ZSCORE', KEYS[1], '-1') then
-  redis.call('DEL', KEYS[1])
+// unfollowScript records that the reader no longer follows ARGV[1] and
+// removes posts (ARGV[2..]) from their feed. A feed under rebuild is dropped
+// instead: the rebuild read PostgreSQL before the unfollow and would put the
+// posts back; the next read rebuilds it without them. So is a feed without
+// its following hash. It returns how many posts it removed.
+var unfollowScript = redis.NewScript(luaCommon + `
+local k, fk = KEYS[1], KEYS[2]
+if redis.call('EXISTS', k) == 0 or building(k) or redis.call('HEXISTS', fk, 'v') == 0 then
+  redis.call('DEL', k, fk)
   return 0
 end
-if #ARGV == 0 then return 0 end
-return redis.call('ZREM', KEYS[1], unpack(ARGV))
+redis.call('HDEL', fk, ARGV[1])
+redis.call('HINCRBY', fk, 'v', 1)
+local removed = zremMany(k, ARGV, 2)
+dropIfEmptyPrefix(k, fk)
+return removed
 `)
 
-// finishRebuildScript completes a rebuild: if the placeholder is still there
-// (nobody dropped the set meanwhile, as an unfollow does), it adds the posts
-// (ARGV[4..]), swaps the placeholder for the complete marker — and adds "w"
-// when ARGV[3] is 1: the posts are the whole history — trims to ARGV[1] and
-// lets the set expire after ARGV[2] seconds without reads. It returns 1 when
-// the set is now complete, 0 when it gave up.
-var finishRebuildScript = redis.NewScript(`
-if not redis.call('ZSCORE', KEYS[1], '-1') then return 0 end
-for i = 4, #ARGV do
-  redis.call('ZADD', KEYS[1], ARGV[i], ARGV[i])
+// removeScript takes posts (ARGV) out of every set among KEYS (a deleted
+// post leaving its author's followers' feeds), dropping a set left a prefix
+// of nothing. It returns how many entries it removed.
+var removeScript = redis.NewScript(luaCommon + `
+local removed = 0
+for i = 1, #KEYS do
+  local n = zremMany(KEYS[i], ARGV, 1)
+  if n > 0 then dropIfEmptyPrefix(KEYS[i], nil) end
+  removed = removed + n
 end
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('ZADD', KEYS[1], 0, '0')
-if ARGV[3] == '1' then redis.call('ZADD', KEYS[1], 0.5, 'w') end
-redis.call('ZREM', KEYS[1], '-1')
-if redis.call('ZCARD', KEYS[1]) > tonumber(ARGV[1]) + 1 then
-  redis.call('ZREMRANGEBYRANK', KEYS[1], 1, -(tonumber(ARGV[1]) + 1))
+return removed
+`)
+
+// finishRebuildScript completes a rebuild of KEYS[1], if its placeholder
+// (ARGV[4]) is still there — nobody dropped the set meanwhile, as follows
+// and unfollows do, and no later rebuild took over: it adds the posts,
+// replaces every placeholder with the complete marker — and "w" when ARGV[3]
+// is 1: the posts are the whole history —, trims to ARGV[1] and lets the set
+// expire after ARGV[2] seconds without reads. For a feed, KEYS[2] is the
+// reader's following hash, written anew with version ARGV[6] (random, so
+// that no version of a hash is ever seen twice) and the ARGV[5] followee ids
+// that follow; the post ids come last. It returns 1 when the set is complete now,
+// 0 when the rebuild gave up.
+var finishRebuildScript = redis.NewScript(luaCommon + `
+local k = KEYS[1]
+if not redis.call('ZSCORE', k, ARGV[4]) then return 0 end
+local nFollowees = tonumber(ARGV[5])
+for i = 7 + nFollowees, #ARGV do
+  redis.call('ZADD', k, ARGV[i], ARGV[i])
+end
+redis.call('ZREMRANGEBYSCORE', k, -1, -1)
+redis.call('ZADD', k, 0, '0')
+if ARGV[3] == '1' then redis.call('ZADD', k, 0.5, 'w') end
+trim(k, tonumber(ARGV[1]), 0)
+redis.call('EXPIRE', k, ARGV[2])
+if #KEYS > 1 then
+  local fk = KEYS[2]
+  redis.call('DEL', fk)
+  redis.call('HSET', fk, 'v', ARGV[6])
+  for i = 7, 6 + nFollowees do
+    redis.call('HSET', fk, ARGV[i], 1)
+  end
+  redis.call('EXPIRE', fk, ARGV[2])
 end
 return 1
 `)
@@ -137,6 +200,3 @@ var unlockScript = redis.NewScript(`
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
 return 0
 `)
-
-// wholeMarker is the member that says a set holds the whole history.
-const wholeMarker = "w"

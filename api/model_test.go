@@ -1,0 +1,578 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/labstack/echo/v4"
+	"github.com/redis/go-redis/v9"
+	"pgregory.net/rapid"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/fanout"
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/queue"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// TestFeedModel is the model-based test of the home feed. Random sequences
+// of posts (single and in bursts), deletes, follows, unfollows, paged reads
+// with cursors kept across writes, lost feeds (one key, or the whole Redis
+// database), redelivered tickets and stale fan-outs run against the real
+// API, outbox, dispatcher, queue, worker, PostgreSQL and Redis, with small
+// feed.max_len (and some with trim slack), feed.backfill, fanout.chunk_size
+// and fanout.celebrity_threshold. After every step each user's whole feed,
+// paged through the API, must equal the truth computed from the model's
+// posts and follows alone: the posts of the people the user follows now,
+// not deleted, newest first, each once.
+//
+// Every seed is a subtest of its own, run with rapid (which shrinks a
+// failing sequence and prints it with the seed). Reproduce a failure with
+// `go test ./api -run TestFeedModel -rapid.seed=N`; run longer with
+// NEWSFEED_MODEL_CHECKS (checks per seed, default 25).
+func TestFeedModel(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("model-based test: not in -short")
+	}
+	checks := 25
+	if v, err := strconv.Atoi(os.Getenv("NEWSFEED_MODEL_CHECKS")); err == nil && v > 0 {
+		checks = v
+	}
+	seeds := []uint64{rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64(), rand.Uint64()}
+	if given := flag.Lookup("rapid.seed").Value.String(); given != "0" {
+		seed, _ := strconv.ParseUint(given, 10, 64)
+		seeds = []uint64{seed}
+	}
+	mustSet := func(name, value string) {
+		if err := flag.Set(name, value); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustSet("rapid.checks", strconv.Itoa(checks))
+	mustSet("rapid.steps", "25")
+	mustSet("rapid.nofailfile", "true")
+	var steps atomic.Int64
+	for _, seed := range seeds {
+		// rapid reads its seed from a flag; the subtests run one after
+		// another so each sees its own.
+		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
+			mustSet("rapid.seed", strconv.FormatUint(seed, 10))
+			env := newModelEnv(t)
+			rapid.Check(t, func(rt *rapid.T) {
+				m := env.newModel(rt)
+				rt.Repeat(m.actions(&steps))
+			})
+		})
+	}
+	t.Logf("%d steps over %d seeds", steps.Load(), len(seeds))
+}
+
+// modelEnv is what the checks of one seed share: a database of their own and
+// a Redis client. Each check (a rapid test case) gets users and a Redis
+// prefix of its own, so checks never see each other's state.
+type modelEnv struct {
+	pool   *pgxpool.Pool
+	db     *store.DB
+	rdb    *redis.Client
+	prefix string
+	checks atomic.Int64
+}
+
+func newModelEnv(t *testing.T) *modelEnv {
+	pool := testenv.NewPool(t)
+	rdb, prefix := testenv.NewRedis(t)
+	return &modelEnv{pool: pool, db: store.New(pool, nil), rdb: rdb, prefix: prefix}
+}
+
+// modelConfig is one check's configuration, drawn by rapid.
+type modelConfig struct {
+	MaxLen, Backfill, ChunkSize, PageSize int
+	CelebrityThreshold                    int64
+}
+
+// modelPost is a post as the model knows it.
+type modelPost struct {
+	id, author int64
+	deleted    bool
+}
+
+// savedRead is a read that stopped after its first page: its cursor is kept
+// across later writes and continued by a later step.
+type savedRead struct {
+	cursor string
+	last   int64 // the id of the first page's last item
+	limit  int
+}
+
+type model struct {
+	*pipeline
+	cfg   modelConfig
+	users []int64
+
+	follows map[[2]int64]bool // [follower, followee]
+	posts   []modelPost
+	reads   map[int64]savedRead
+}
+
+// pipeline is the whole product in one process, on the real servers: the
+// API, the outbox dispatcher (run by deliver), the queue and a worker, with
+// feeds under a Redis prefix of their own.
+type pipeline struct {
+	pool   *pgxpool.Pool
+	rdb    *redis.Client
+	prefix string
+	e      *echo.Echo
+	feeds  *feed.Feeds
+	queue  *queue.Queue
+	disp   *outbox.Dispatcher
+	// firstEvent: outbox rows above it are this pipeline's.
+	firstEvent int64
+	tokens     map[int64]string
+}
+
+// tb is what both *testing.T and *rapid.T offer.
+type tb interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// quickQueue is the real queue with a short blocking read, so that a worker
+// stops within milliseconds when its check ends.
+type quickQueue struct{ *queue.Queue }
+
+func (q quickQueue) Read(ctx context.Context, consumer string, count int, _ time.Duration) ([]queue.Ticket, error) {
+	return q.Queue.Read(ctx, consumer, count, 5*time.Millisecond)
+}
+
+func (env *modelEnv) newModel(t *rapid.T) *model {
+	cfg := modelConfig{
+		// Up to 8 every trim removes what is over max_len; from 32 on,
+		// feeds sit in the trim slack (max_len/16) between trims.
+		MaxLen:             rapid.SampledFrom([]int{3, 4, 8, 32, 40}).Draw(t, "max_len"),
+		Backfill:           rapid.SampledFrom([]int{0, 1, 2, 50}).Draw(t, "backfill"),
+		ChunkSize:          rapid.SampledFrom([]int{1, 2, 1000}).Draw(t, "chunk_size"),
+		PageSize:           rapid.SampledFrom([]int{1, 2, 1000}).Draw(t, "page_size"),
+		CelebrityThreshold: rapid.SampledFrom([]int64{0, 0, 1, 2}).Draw(t, "celebrity_threshold"),
+	}
+	n := env.checks.Add(1)
+	m := &model{
+		pipeline: startPipeline(t, env.pool, env.rdb, env.prefix+"m"+strconv.FormatInt(n, 10)+":", cfg),
+		cfg:      cfg,
+		follows:  map[[2]int64]bool{},
+		reads:    map[int64]savedRead{},
+	}
+	for i := range int64(4) {
+		m.users = append(m.users, n*100+i+1)
+	}
+	t.Logf("config %+v, users %v", cfg, m.users)
+	return m
+}
+
+// startPipeline builds the product on pool and rdb, with every Redis key
+// under prefix, and starts its worker until the test ends.
+func startPipeline(t tb, pool *pgxpool.Pool, rdb *redis.Client, prefix string, cfg modelConfig) *pipeline {
+	t.Helper()
+	ctx := context.Background()
+	db := store.New(pool, nil)
+	p := &pipeline{pool: pool, rdb: rdb, prefix: prefix, tokens: map[int64]string{}}
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM outbox`).Scan(&p.firstEvent); err != nil {
+		t.Fatalf("%v", err)
+	}
+	p.feeds = feed.New(rdb, db, feed.Config{
+		Prefix:             prefix,
+		MaxLen:             cfg.MaxLen,
+		Backfill:           cfg.Backfill,
+		CelebrityThreshold: cfg.CelebrityThreshold,
+	})
+	p.queue = queue.New(rdb, prefix+"tickets", "fanout")
+	if err := p.queue.EnsureGroup(ctx); err != nil {
+		t.Fatalf("%v", err)
+	}
+	p.disp = outbox.NewDispatcher(db, p.queue, outbox.Config{RedeliverAfter: time.Hour})
+	p.e = api.New(db, db, p.feeds, api.Config{Secret: testSecret})
+	w := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
+		Concurrency:     4,
+		PageSize:        cfg.PageSize,
+		ChunkSize:       cfg.ChunkSize,
+		ClaimIdle:       time.Minute,
+		ShutdownTimeout: 10 * time.Second,
+	})
+	wctx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { _ = w.Run(wctx); close(done) }()
+	t.Cleanup(func() { stop(); <-done })
+	return p
+}
+
+func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
+	// A step that skips (nothing to delete, say) is not counted.
+	step := func(f func(*rapid.T)) func(*rapid.T) {
+		return func(t *rapid.T) { f(t); steps.Add(1) }
+	}
+	return map[string]func(*rapid.T){
+		"post": step(func(t *rapid.T) {
+			m.post(t, m.user(t, "author"))
+			m.deliver(t)
+		}),
+		"burst": step(func(t *rapid.T) {
+			author := m.user(t, "author")
+			// A few posts, or enough to fill a feed past max_len and its slack.
+			n := rapid.OneOf(rapid.IntRange(2, 8), rapid.IntRange(30, 45)).Draw(t, "posts")
+			for range n {
+				m.post(t, author)
+			}
+			m.deliver(t) // fan-outs run concurrently, finishing in any order
+		}),
+		"delete": step(func(t *rapid.T) {
+			live := m.livePosts()
+			if len(live) == 0 {
+				t.Skip("no post to delete")
+			}
+			p := rapid.SampledFrom(live).Draw(t, "post")
+			m.expect(t, m.call(t, p.author, http.MethodDelete, "/v1/posts/"+strconv.FormatInt(p.id, 10)), http.StatusNoContent)
+			m.markDeleted(p.id)
+			m.deliver(t)
+		}),
+		"follow": step(func(t *rapid.T) {
+			a, b := m.pair(t)
+			m.expect(t, m.call(t, a, http.MethodPut, "/v1/following/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
+			m.follows[[2]int64{a, b}] = true
+			m.deliver(t)
+		}),
+		"unfollow": step(func(t *rapid.T) {
+			a, b := m.pair(t)
+			m.expect(t, m.call(t, a, http.MethodDelete, "/v1/following/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
+			delete(m.follows, [2]int64{a, b})
+			m.deliver(t)
+		}),
+		"start read": step(func(t *rapid.T) {
+			reader := m.user(t, "reader")
+			limit := rapid.IntRange(1, 6).Draw(t, "limit")
+			items, next := m.page(t, reader, limit, "")
+			if want := m.truth(reader, 0); len(want) > 0 && len(items) > 0 && next != nil {
+				m.reads[reader] = savedRead{cursor: *next, last: items[len(items)-1], limit: limit}
+			}
+		}),
+		"continue read": step(func(t *rapid.T) {
+			reader := m.user(t, "reader")
+			r, ok := m.reads[reader]
+			if !ok {
+				t.Skip("no read to continue")
+			}
+			delete(m.reads, reader)
+			got := m.readFrom(t, reader, r.limit, r.cursor, math.MaxInt)
+			if want := m.truth(reader, r.last); !slices.Equal(got, want) {
+				t.Fatalf("user %d: the pages after a cursor kept across writes hold %v, want %v (the posts below %d): %s",
+					reader, got, want, r.last, m.diff(reader, got, want))
+			}
+		}),
+		"lose feed": step(func(t *rapid.T) {
+			u := m.user(t, "user")
+			if err := m.rdb.Del(context.Background(), m.prefix+"feed:{"+strconv.FormatInt(u, 10)+"}").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}),
+		"lose redis": step(func(t *rapid.T) {
+			// As FLUSHDB does to this check's keys: feeds, timelines,
+			// caches, the ticket stream and its consumer group.
+			ctx := context.Background()
+			keys, err := m.rdb.Keys(ctx, m.prefix+"*").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) > 0 {
+				if err := m.rdb.Del(ctx, keys...).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}),
+		"redeliver": step(func(t *rapid.T) {
+			// A ticket delivered again: a lease that ran out, an
+			// acknowledgement lost. The event is old; the world moved on.
+			events := m.pastEvents(t)
+			if len(events) == 0 {
+				t.Skip("no event to redeliver")
+			}
+			e := rapid.SampledFrom(events).Draw(t, "event")
+			if _, errs := m.queue.Publish(context.Background(), []outbox.Event{e}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			m.deliver(t)
+		}),
+		"stale fan-out": step(func(t *rapid.T) {
+			// A fan-out that read its page of followers before an unfollow
+			// (or any other change) and writes after it.
+			if len(m.posts) == 0 {
+				t.Skip("no post")
+			}
+			p := rapid.SampledFrom(m.posts).Draw(t, "post")
+			u := m.user(t, "user")
+			ctx := context.Background()
+			if _, err := m.feeds.Push(ctx, p.id, []int64{u}); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.feeds.AddToTimeline(ctx, p.author, p.id); err != nil {
+				t.Fatal(err)
+			}
+		}),
+		"": func(t *rapid.T) { m.checkEveryFeed(t) },
+	}
+}
+
+func (m *model) user(t *rapid.T, label string) int64 {
+	return rapid.SampledFrom(m.users).Draw(t, label)
+}
+
+// pair draws two different users.
+func (m *model) pair(t *rapid.T) (int64, int64) {
+	a := m.user(t, "follower")
+	b := rapid.SampledFrom(slices.DeleteFunc(slices.Clone(m.users), func(u int64) bool { return u == a })).Draw(t, "followee")
+	return a, b
+}
+
+func (m *model) post(t *rapid.T, author int64) {
+	m.posts = append(m.posts, modelPost{id: m.pipeline.post(t, author), author: author})
+}
+
+// post creates a post by author and returns its id (without delivering it).
+func (m *pipeline) post(t tb, author int64) int64 {
+	t.Helper()
+	res := m.call(t, author, http.MethodPost, "/v1/posts", `{"body":"a post"}`)
+	m.expect(t, res, http.StatusCreated)
+	var p apiPost
+	if err := json.Unmarshal(res.Body.Bytes(), &p); err != nil {
+		t.Fatalf("%v", err)
+	}
+	return p.ID
+}
+
+func (m *model) livePosts() []modelPost {
+	var live []modelPost
+	for _, p := range m.posts {
+		if !p.deleted {
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+func (m *model) markDeleted(id int64) {
+	for i := range m.posts {
+		if m.posts[i].id == id {
+			m.posts[i].deleted = true
+		}
+	}
+}
+
+// truth is the reader's home feed below before (0: all), computed from the
+// model alone: live posts of the people the reader follows, newest first.
+func (m *model) truth(reader, before int64) []int64 {
+	var ids []int64
+	for _, p := range m.posts {
+		if !p.deleted && m.follows[[2]int64{reader, p.author}] && (before == 0 || p.id < before) {
+			ids = append(ids, p.id)
+		}
+	}
+	slices.Reverse(ids) // posts are appended in id order
+	return ids
+}
+
+// diff says how a feed read differs from the truth: the posts it shows that
+// it should not (and why not), and those it misses.
+func (m *model) diff(reader int64, got, want []int64) string {
+	byID := make(map[int64]modelPost, len(m.posts))
+	for _, p := range m.posts {
+		byID[p.id] = p
+	}
+	var extra, missing []string
+	for _, id := range got {
+		if slices.Contains(want, id) {
+			continue
+		}
+		p := byID[id]
+		why := "a duplicate"
+		switch {
+		case p.id == 0:
+			why = "not a post of this test"
+		case p.deleted:
+			why = "deleted"
+		case !m.follows[[2]int64{reader, p.author}]:
+			why = fmt.Sprintf("by user %d, not followed", p.author)
+		}
+		extra = append(extra, fmt.Sprintf("%d (%s)", id, why))
+	}
+	for _, id := range want {
+		if !slices.Contains(got, id) {
+			missing = append(missing, fmt.Sprintf("%d (by %d)", id, byID[id].author))
+		}
+	}
+	return fmt.Sprintf("shows %v that it should not, misses %v", extra, missing)
+}
+
+func (m *model) checkEveryFeed(t *rapid.T) {
+	// Pages of every size where Redis hands over to PostgreSQL (past
+	// max_len and its slack), then pages of 100 to get through long feeds
+	// quickly.
+	near := m.cfg.MaxLen + m.cfg.MaxLen/16 + 8
+	for _, u := range m.users {
+		limit := rapid.SampledFrom([]int{1, 2, 3, 5, 7, 20}).Draw(t, "check limit")
+		got := m.readFrom(t, u, limit, "", near)
+		if want := m.truth(u, 0); !slices.Equal(got, want) {
+			t.Fatalf("user %d's feed (pages of %d) holds %v, want %v: %s", u, limit, got, want, m.diff(u, got, want))
+		}
+	}
+}
+
+// readFrom pages through a feed from cursor (empty: the newest) to its end,
+// in pages of limit for the first (at least) small items, then of 100.
+func (m *pipeline) readFrom(t tb, reader int64, limit int, cursor string, small int) []int64 {
+	t.Helper()
+	var all []int64
+	for range 1000 {
+		if len(all) >= small {
+			limit = 100
+		}
+		items, next := m.page(t, reader, limit, cursor)
+		all = append(all, items...)
+		if next == nil {
+			return all
+		}
+		if len(items) == 0 {
+			t.Fatalf("user %d: an empty page with a next cursor", reader)
+		}
+		cursor = *next
+	}
+	t.Fatalf("user %d: the feed never ended", reader)
+	return nil
+}
+
+func (m *pipeline) page(t tb, reader int64, limit int, cursor string) ([]int64, *string) {
+	t.Helper()
+	path := "/v1/feed?limit=" + strconv.Itoa(limit)
+	if cursor != "" {
+		path += "&cursor=" + cursor
+	}
+	res := m.call(t, reader, http.MethodGet, path)
+	m.expect(t, res, http.StatusOK)
+	var page apiPage[apiPost]
+	if err := json.Unmarshal(res.Body.Bytes(), &page); err != nil {
+		t.Fatalf("%v", err)
+	}
+	if len(page.Items) > limit {
+		t.Fatalf("user %d: a page of %d items for limit %d", reader, len(page.Items), limit)
+	}
+	ids := make([]int64, len(page.Items))
+	for i, p := range page.Items {
+		ids[i] = p.ID
+	}
+	return ids, page.NextCursor
+}
+
+// call makes a request as user as and returns the response.
+func (m *pipeline) call(t tb, as int64, method, path string, body ...string) *httptest.ResponseRecorder {
+	t.Helper()
+	tok, ok := m.tokens[as]
+	if !ok {
+		var err error
+		if tok, err = api.IssueToken(testSecret, as, time.Hour); err != nil {
+			t.Fatalf("%v", err)
+		}
+		m.tokens[as] = tok
+	}
+	var req *http.Request
+	if len(body) > 0 {
+		req = httptest.NewRequest(method, path, bytes.NewReader([]byte(body[0])))
+		req.Header.Set("Content-Type", "application/json")
+	} else {
+		req = httptest.NewRequest(method, path, nil)
+	}
+	req.Header.Set("Authorization", "Bearer "+tok)
+	rec := httptest.NewRecorder()
+	m.e.ServeHTTP(rec, req)
+	return rec
+}
+
+func (m *pipeline) expect(t tb, res *httptest.ResponseRecorder, status int) {
+	t.Helper()
+	if res.Code != status {
+		t.Fatalf("status %d, want %d: %s", res.Code, status, res.Body.String())
+	}
+}
+
+// deliver runs the dispatcher until every event of this check is finished
+// and the queue is empty; a dead event fails the check.
+func (m *pipeline) deliver(t tb) {
+	t.Helper()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := m.disp.DispatchOnce(ctx); err != nil {
+			t.Fatalf("dispatch: %v", err)
+		}
+		var open int
+		var dead string
+		err := m.pool.QueryRow(ctx, `
+SELECT count(*) FILTER (WHERE status NOT IN ('done', 'dead')),
+       COALESCE(string_agg(event_type || ' ' || payload::text || ': ' || last_error, '; ') FILTER (WHERE status = 'dead'), '')
+FROM outbox WHERE id > $1`, m.firstEvent).Scan(&open, &dead)
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if dead != "" {
+			t.Fatalf("dead events: %s", dead)
+		}
+		queued, err := m.rdb.XLen(ctx, m.queue.Stream()).Result()
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+		if open == 0 && queued == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events not delivered after 30s: %d open, %d tickets queued", open, queued)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pastEvents returns this check's finished outbox events as the queue
+// carries them.
+func (m *model) pastEvents(t *rapid.T) []outbox.Event {
+	rows, err := m.pool.Query(context.Background(), `
+SELECT id, event_type, payload, attempts, created_at FROM outbox
+WHERE id > $1 AND status = 'done' ORDER BY id`, m.firstEvent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var events []outbox.Event
+	for rows.Next() {
+		var e outbox.Event
+		if err := rows.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.CreatedAt); err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return events
+}

@@ -1,0 +1,117 @@
+package feed
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+)
+
+// tombstone is the post cache's value for a post that is deleted or missing.
+const tombstone = "-"
+
+// hydrate turns post ids into posts, in the same order, dropping deleted
+// ones: one round trip to the post cache, and one to PostgreSQL for misses.
+func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, f.keys.post(id))
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, fmt.Errorf("hydrate posts: %w", err)
+	}
+	found := make(map[int64]Post, len(ids))
+	dead := make(map[int64]bool)
+	var missing []int64
+	for i, c := range cmds {
+		raw, err := c.Bytes()
+		author, ok := cachedAuthor(raw)
+		switch {
+		case err == nil && string(raw) == tombstone:
+			dead[ids[i]] = true
+		case err != nil || !ok:
+			missing = append(missing, ids[i])
+		default:
+			found[ids[i]] = Post{ID: ids[i], AuthorID: author, cached: raw}
+		}
+	}
+	if len(missing) > 0 {
+		posts, err := f.store.PostsByID(ctx, missing)
+		if err != nil {
+			return nil, fmt.Errorf("hydrate posts: %w", err)
+		}
+		for _, p := range posts {
+			found[p.ID] = p
+		}
+		f.cachePosts(ctx, posts, missing, found)
+	}
+	out := make([]Post, 0, len(ids))
+	for _, id := range ids {
+		if p, ok := found[id]; ok && !dead[id] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// authorKey starts the author field of a cached post: the cache holds
+// posts as Post marshals them, {"id":…,"author_id":…,…}. A quote inside a
+// JSON string is always escaped, so the first match is the field.
+var authorKey = []byte(`"author_id":`)
+
+// cachedAuthor reads the author id of a cached post without decoding the
+// whole post (reads filter every post by its author).
+func cachedAuthor(raw []byte) (int64, bool) {
+	if len(raw) == 0 || raw[0] != '{' {
+		return 0, false
+	}
+	i := bytes.Index(raw, authorKey)
+	if i < 0 {
+		return 0, false
+	}
+	rest := raw[i+len(authorKey):]
+	end := bytes.IndexAny(rest, ",}")
+	if end < 0 {
+		return 0, false
+	}
+	id, err := strconv.ParseInt(string(bytes.TrimSpace(rest[:end])), 10, 64)
+	return id, err == nil && id > 0
+}
+
+// cachePosts stores posts in the post cache, and tombstones for the ids among
+// wanted that PostgreSQL did not return. A cache write that fails only costs
+// a PostgreSQL read later, so it is logged, not returned.
+func (f *Feeds) cachePosts(ctx context.Context, posts []Post, wanted []int64, found map[int64]Post) {
+	if len(posts) == 0 && len(wanted) == 0 {
+		return
+	}
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, post := range posts {
+			// SETNX: never over a tombstone, which a delete may have
+			// written after these posts were read.
+			if raw, err := json.Marshal(post); err == nil {
+				p.SetNX(ctx, f.keys.post(post.ID), raw, f.cfg.PostTTL)
+			}
+		}
+		for _, id := range wanted {
+			if _, ok := found[id]; !ok {
+				p.SetNX(ctx, f.keys.post(id), tombstone, f.cfg.PostTTL)
+			}
+		}
+		return nil
+	})
+	if err != nil && ctx.Err() == nil {
+		f.log.Warn("post cache write failed", zap.Error(err))
+	}
+}

@@ -1,0 +1,114 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Push adds post postID to the feeds of followers that exist and trims them.
+// It returns how many feeds gained the entry (a repeated push gains none).
+func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
+	keys := make([]string, len(followers))
+	for i, u := range followers {
+		keys[i] = f.keys.feed(u)
+	}
+	added, err := f.runOverKeys(ctx, pushScript, keys, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen))
+	if err != nil {
+		return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
+	}
+	return added, nil
+}
+
+// Remove takes posts out of the feeds of users.
+func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) error {
+	if len(postIDs) == 0 {
+		return nil
+	}
+	keys := make([]string, len(users))
+	for i, u := range users {
+		keys[i] = f.keys.feed(u)
+	}
+	if _, err := f.runOverKeys(ctx, removeScript, keys, int64sToArgs(postIDs)...); err != nil {
+		return fmt.Errorf("remove posts from feeds: %w", err)
+	}
+	return nil
+}
+
+// ForgetPost marks a deleted post in the post cache, so that no read shows it
+// even while feeds still list it.
+func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
+	if err := f.rdb.Set(ctx, f.keys.post(postID), tombstone, f.cfg.PostTTL).Err(); err != nil {
+		return fmt.Errorf("forget post %d: %w", postID, err)
+	}
+	return nil
+}
+
+// Drop deletes a user's feed, following hash and cached celebrity list; the
+// next read rebuilds them from PostgreSQL.
+func (f *Feeds) Drop(ctx context.Context, userID int64) error {
+	err := f.rdb.Del(ctx, f.keys.feed(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
+	if err != nil {
+		return fmt.Errorf("drop feed %d: %w", userID, err)
+	}
+	return nil
+}
+
+// runOverKeys runs a script that changes many sets (KEYS) alike: one call
+// per maxScriptKeys keys on a single Redis, one call per key on a Redis
+// Cluster (a script may only touch keys of one slot), in pipelines of at
+// most maxPipeline calls. It returns the sum of the calls' results.
+func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, args ...any) (int, error) {
+	per := maxScriptKeys
+	if f.cfg.Cluster {
+		per = 1
+	}
+	calls := (len(keys) + per - 1) / per
+	total := 0
+	for first := 0; first < calls; first += maxPipeline {
+		cmds, err := f.runScripts(ctx, s, min(maxPipeline, calls-first), func(p redis.Pipeliner, i int) *redis.Cmd {
+			c := first + i
+			return s.EvalSha(ctx, p, keys[c*per:min((c+1)*per, len(keys))], args...)
+		})
+		if err != nil {
+			return total, err
+		}
+		for _, c := range cmds {
+			n, _ := c.Int()
+			total += n
+		}
+	}
+	return total, nil
+}
+
+// runScripts sends n script calls in one pipeline. Redis forgets scripts when
+// it restarts; on NOSCRIPT the script is loaded again and the pipeline resent
+// (every call in it is idempotent).
+func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, call func(redis.Pipeliner, int) *redis.Cmd) ([]*redis.Cmd, error) {
+	for attempt := 0; ; attempt++ {
+		cmds := make([]*redis.Cmd, n)
+		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range n {
+				cmds[i] = call(p, i)
+			}
+			return nil
+		})
+		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
+			if err := s.Load(ctx, f.rdb).Err(); err != nil {
+				return nil, fmt.Errorf("load script: %w", err)
+			}
+			continue
+		}
+		return cmds, err
+	}
+}
+
+func int64sToArgs(ids []int64) []any {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = strconv.FormatInt(id, 10)
+	}
+	return args
+}

@@ -1,0 +1,331 @@
+package feed
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+	"golang.org/x/sync/errgroup"
+)
+
+// Page is one page of a home feed.
+type Page struct {
+	// Posts, newest first.
+	Posts []Post
+	// Next is the id to read below for the next page, 0 on the last page.
+	Next int64
+}
+
+// maxPulledSources bounds the celebrity timelines one read merges. A reader
+// who follows more celebrities than this is served from PostgreSQL, so that
+// no read does unbounded work in Redis.
+const maxPulledSources = 100
+
+// errFromPostgres says that Redis cannot serve (the rest of) a page; the
+// truth in PostgreSQL does.
+var errFromPostgres = errors.New("read from PostgreSQL")
+
+// Read returns up to limit posts of userID's home feed with id < before
+// (before <= 0 reads from the newest), newest first, with no duplicates, no
+// deleted posts and no posts of authors the user does not follow now: the
+// user's feed merged with the timelines of the celebrities they follow, and
+// past what Redis keeps, PostgreSQL.
+func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page, error) {
+	if before <= 0 {
+		before = math.MaxInt64
+	}
+	want := limit + 1 // one more tells whether there is a next page
+	posts := make([]Post, 0, want)
+	r := &feedReader{f: f, user: userID}
+	for cursor := before; len(posts) < want; {
+		n := want - len(posts)
+		ids, floor, err := r.next(ctx, cursor, n)
+		if err == nil {
+			var hydrated []Post
+			if hydrated, err = f.hydrate(ctx, ids); err == nil {
+				var visible []Post
+				visible, err = f.followedOnly(ctx, userID, hydrated)
+				posts = append(posts, visible...)
+			}
+		}
+		if errors.Is(err, errFromPostgres) {
+			floor = cursor // nothing sure in Redis below the cursor
+		} else if err != nil {
+			return Page{}, err
+		}
+		if floor == 0 {
+			if len(ids) < n {
+				break // every source holds its whole history: there is no more
+			}
+			cursor = ids[len(ids)-1] // some were deleted or hidden: read on in Redis
+			continue
+		}
+		// Redis holds nothing sure below floor: go on from the truth.
+		more, err := f.store.FolloweePosts(ctx, userID, floor, want-len(posts))
+		if err != nil {
+			return Page{}, fmt.Errorf("read feed %d: %w", userID, err)
+		}
+		posts = append(posts, more...)
+		break
+	}
+	page := Page{Posts: posts}
+	if len(posts) > limit {
+		page.Posts = posts[:limit]
+		page.Next = posts[limit-1].ID
+	}
+	return page, nil
+}
+
+// feedReader reads one page from Redis: the reader's feed and the timelines
+// of the celebrities they follow, learned on the first call.
+type feedReader struct {
+	f      *Feeds
+	user   int64
+	opened bool
+	celebs []int64
+}
+
+// sourceSet is what one Redis source of a home feed gave for a page.
+type sourceSet struct {
+	ids []int64
+	// complete: the set is a complete prefix (for the feed: with its
+	// following hash).
+	complete bool
+	// whole: the set holds its whole history, so running out of it does
+	// not mean PostgreSQL has more.
+	whole bool
+}
+
+// readMeta is what the first read of a page learns besides the sets.
+type readMeta struct {
+	followingVersion string // "" when the following hash is missing
+	celebCache       string // "" when not cached
+	pulledCount      int64
+	pulledComplete   bool
+}
+
+// next reads up to n post ids below before from the sources, merged newest
+// first without duplicates. A source that ran out is whole in Redis only
+// down to its last id: floor is then the highest such id (or before, when
+// one gave nothing), and only ids >= floor are returned; PostgreSQL goes on
+// below it. floor is 0 when Redis had n sure ids, or when every source that
+// ran out holds its whole history (then fewer than n ids are all there is).
+// Missing sources are rebuilt first; errFromPostgres says Redis cannot
+// serve this read (a rebuild by another reader is slow, too many sources).
+func (r *feedReader) next(ctx context.Context, before int64, n int) (ids []int64, floor int64, err error) {
+	f := r.f
+	var sets []sourceSet
+	if !r.opened {
+		feedOnly, err := r.open(ctx, before, n)
+		if err != nil {
+			return nil, 0, err
+		}
+		if len(r.celebs) == 0 {
+			sets = feedOnly // the one source, read already
+		}
+	}
+	keys := []string{f.keys.feed(r.user)}
+	for _, c := range r.celebs {
+		keys = append(keys, f.keys.timeline(c))
+	}
+	if sets == nil {
+		if sets, _, err = f.readSets(ctx, r.user, keys, before, n, false); err != nil {
+			return nil, 0, err
+		}
+	}
+	if sets, err = r.rebuildMissing(ctx, keys, sets, before, n); err != nil {
+		return nil, 0, err
+	}
+
+	seen := make(map[int64]bool, n*len(sets))
+	for _, set := range sets {
+		if len(set.ids) < n && !set.whole {
+			last := before
+			if len(set.ids) > 0 {
+				last = set.ids[len(set.ids)-1]
+			}
+			floor = max(floor, last)
+		}
+		for _, id := range set.ids {
+			if !seen[id] {
+				seen[id] = true
+				ids = append(ids, id)
+			}
+		}
+	}
+	slices.SortFunc(ids, func(a, b int64) int { return cmp.Compare(b, a) })
+	if floor > 0 {
+		for len(ids) > 0 && ids[len(ids)-1] < floor {
+			ids = ids[:len(ids)-1]
+		}
+	}
+	if len(ids) > n {
+		ids, floor = ids[:n], 0
+	}
+	return ids, floor, nil
+}
+
+// open makes sure the reader's feed is complete (rebuilding it if not),
+// learns which celebrities they follow, and returns the feed's source as
+// read.
+func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet, error) {
+	f := r.f
+	keys := []string{f.keys.feed(r.user)}
+	sets, meta, err := f.readSets(ctx, r.user, keys, before, n, true)
+	if err != nil {
+		return nil, err
+	}
+	if !sets[0].complete {
+		if err := f.rebuildFeed(ctx, r.user); err != nil {
+			return nil, err
+		}
+		if sets, meta, err = f.readSets(ctx, r.user, keys, before, n, true); err != nil {
+			return nil, err
+		}
+		if !sets[0].complete { // another reader's rebuild is slow
+			return nil, errFromPostgres
+		}
+	}
+	if r.celebs, err = f.celebrities(ctx, r.user, meta); err != nil {
+		return nil, err
+	}
+	r.opened = true
+	if len(r.celebs) > maxPulledSources {
+		return nil, errFromPostgres
+	}
+	return sets, nil
+}
+
+// rebuildMissing rebuilds the sources that are not complete, all at once,
+// and reads them again.
+func (r *feedReader) rebuildMissing(ctx context.Context, keys []string, sets []sourceSet, before int64, n int) ([]sourceSet, error) {
+	f := r.f
+	g, gctx := errgroup.WithContext(ctx)
+	missing := false
+	for i, set := range sets {
+		if set.complete {
+			continue
+		}
+		missing = true
+		if i == 0 {
+			g.Go(func() error { return f.rebuildFeed(gctx, r.user) })
+		} else {
+			author := r.celebs[i-1]
+			g.Go(func() error { return f.rebuildTimeline(gctx, author) })
+		}
+	}
+	if !missing {
+		return sets, nil
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	sets, _, err := f.readSets(ctx, r.user, keys, before, n, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, set := range sets {
+		if !set.complete { // another reader's rebuild is slow
+			return nil, errFromPostgres
+		}
+	}
+	return sets, nil
+}
+
+// readSets reads each sorted set's markers and up to n ids below before in
+// one round trip, and keeps each alive for feed.active_days; keys[0] is the
+// user's feed, complete only with its following hash. withMeta also reads
+// what the first read of a page needs: the following hash's version, the
+// cached celebrity list and the state of the set of pulled authors.
+func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
+	markers := make([]*redis.FloatCmd, len(keys))
+	wholes := make([]*redis.FloatCmd, len(keys))
+	ranges := make([]*redis.StringSliceCmd, len(keys))
+	var version, celebs *redis.StringCmd
+	var pulledCount *redis.IntCmd
+	var pulledComplete *redis.BoolCmd
+	following := f.keys.following(user)
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, key := range keys {
+			markers[i] = p.ZScore(ctx, key, completeMarker)
+			wholes[i] = p.ZScore(ctx, key, wholeMarker)
+			ranges[i] = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
+				Max: "(" + strconv.FormatInt(before, 10), Min: "1", Count: int64(n), // post ids only
+			})
+			p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
+		}
+		version = p.HGet(ctx, following, versionField)
+		p.Expire(ctx, following, f.cfg.ActiveTTL)
+		if withMeta && f.cfg.CelebrityThreshold > 0 {
+			celebs = p.Get(ctx, f.keys.celebrities(user))
+			pulledCount = p.SCard(ctx, f.keys.pulled())
+			pulledComplete = p.SIsMember(ctx, f.keys.pulled(), completeMarker)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
+	}
+	sets := make([]sourceSet, len(keys))
+	for i := range keys {
+		if markers[i].Err() != nil { // redis.Nil: no complete marker
+			continue
+		}
+		sets[i].complete = i > 0 || version.Err() == nil
+		sets[i].whole = wholes[i].Err() == nil
+		for _, m := range ranges[i].Val() {
+			if id, err := strconv.ParseInt(m, 10, 64); err == nil {
+				sets[i].ids = append(sets[i].ids, id)
+			}
+		}
+	}
+	meta := readMeta{followingVersion: version.Val()}
+	if celebs != nil {
+		meta.celebCache = celebs.Val()
+		meta.pulledCount = pulledCount.Val()
+		meta.pulledComplete = pulledComplete.Val()
+	}
+	return sets, meta, nil
+}
+
+// followedOnly drops the posts whose author the user does not follow now,
+// by the following hash: a post a fan-out wrote after the user unfollowed
+// its author, or a celebrity's timeline read from a stale list, never shows.
+// errFromPostgres says the hash is gone (dropped or expired since the page
+// began).
+func (f *Feeds) followedOnly(ctx context.Context, userID int64, posts []Post) ([]Post, error) {
+	if len(posts) == 0 {
+		return posts, nil
+	}
+	fields := []string{versionField}
+	seen := make(map[int64]bool)
+	for _, p := range posts {
+		if !seen[p.AuthorID] {
+			seen[p.AuthorID] = true
+			fields = append(fields, strconv.FormatInt(p.AuthorID, 10))
+		}
+	}
+	vals, err := f.rdb.HMGet(ctx, f.keys.following(userID), fields...).Result()
+	if err != nil {
+		return nil, fmt.Errorf("read whom user %d follows: %w", userID, err)
+	}
+	if vals[0] == nil {
+		return nil, errFromPostgres
+	}
+	followed := make(map[string]bool, len(fields))
+	for i, v := range vals[1:] {
+		followed[fields[i+1]] = v != nil
+	}
+	out := posts[:0]
+	for _, p := range posts {
+		if followed[strconv.FormatInt(p.AuthorID, 10)] {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

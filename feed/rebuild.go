@@ -1,0 +1,179 @@
+package feed
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// rebuildFeed fills a feed that Redis does not hold complete (lost, expired,
+// never read, or without its following hash) from PostgreSQL: the newest
+// max_len posts of the people the user follows, and whom they follow.
+func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
+	return f.rebuildSet(ctx, rebuildTarget{
+		set:       f.keys.feed(userID),
+		following: f.keys.following(userID),
+		lock:      f.keys.rebuildLock(userID),
+		load: func(ctx context.Context) (rebuilt, error) {
+			followees, err := f.store.Followees(ctx, userID)
+			if err != nil {
+				return rebuilt{}, err
+			}
+			posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
+			ids := make([]int64, len(posts))
+			for i, p := range posts {
+				ids[i] = p.ID
+			}
+			return rebuilt{ids: ids, posts: posts, followees: followees}, err
+		},
+	})
+}
+
+// rebuildTimeline fills a missing timeline with the author's newest max_len
+// posts, as a feed rebuild does.
+func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
+	return f.rebuildSet(ctx, rebuildTarget{
+		set:  f.keys.timeline(authorID),
+		lock: f.keys.timelineLock(authorID),
+		load: func(ctx context.Context) (rebuilt, error) {
+			ids, err := f.store.AuthorPostIDsSince(ctx, authorID, 0, f.cfg.MaxLen)
+			return rebuilt{ids: ids}, err
+		},
+	})
+}
+
+// rebuildTarget is a sorted set to rebuild: a feed (with its following
+// hash) or a timeline.
+type rebuildTarget struct {
+	set, following, lock string
+	load                 func(context.Context) (rebuilt, error)
+}
+
+// rebuilt is what a rebuild read from PostgreSQL.
+type rebuilt struct {
+	ids       []int64
+	posts     []Post // to cache, when the load read them whole
+	followees []int64
+}
+
+// rebuildSet fills a set that is not complete with what t.load returns. One
+// reader rebuilds, under a lock; the others wait for it, up to RebuildWait.
+// Posts pushed while the rebuild reads PostgreSQL are kept: its placeholder
+// makes the set exist, so pushes land in it. A follow or an unfollow while
+// it reads drops the set with the placeholder, and so does a later rebuild
+// (this one's lock ran out): the rebuild then gives up, and the next read
+// rebuilds with the news.
+func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
+	token := randomToken()
+	ok, err := f.rdb.SetNX(ctx, t.lock, token, f.cfg.RebuildLock).Result()
+	if err != nil {
+		return fmt.Errorf("rebuild %s: lock: %w", t.set, err)
+	}
+	if !ok {
+		return f.awaitRebuild(ctx, t)
+	}
+	defer func() {
+		// Release on a fresh context: a cancelled read must not keep the lock.
+		unlockCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unlockScript.Run(unlockCtx, f.rdb, []string{t.lock}, token).Err() // expires anyway
+	}()
+	// Another reader may have rebuilt it between our read and our lock.
+	if done, err := f.complete(ctx, t); err != nil || done {
+		return err
+	}
+
+	placeholder := "b" + token
+	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		// Start afresh: an incomplete set may hold anything, and a slower
+		// rebuild's placeholder must go so that it gives up.
+		p.Del(ctx, t.set)
+		p.ZAdd(ctx, t.set, redis.Z{Score: buildingScore, Member: placeholder})
+		// It expires like a feed, should this rebuild never finish.
+		p.Expire(ctx, t.set, f.cfg.ActiveTTL)
+		return nil
+	}); err != nil {
+		return fmt.Errorf("rebuild %s: %w", t.set, err)
+	}
+	data, err := t.load(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild %s: %w", t.set, err)
+	}
+	whole := 0
+	if len(data.ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
+		whole = 1
+	}
+	keys := []string{t.set}
+	if t.following != "" {
+		keys = append(keys, t.following)
+	}
+	args := make([]any, 0, 5+len(data.followees)+len(data.ids))
+	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second), whole, placeholder, len(data.followees), randomVersion())
+	args = append(args, int64sToArgs(data.followees)...)
+	args = append(args, int64sToArgs(data.ids)...)
+	if err := finishRebuildScript.Run(ctx, f.rdb, keys, args...).Err(); err != nil {
+		return fmt.Errorf("rebuild %s: %w", t.set, err)
+	}
+	f.cachePosts(ctx, data.posts, nil, nil)
+	return nil
+}
+
+// complete tells whether the set (and its following hash) is complete.
+func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
+	var marker *redis.FloatCmd
+	var version *redis.StringCmd
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		marker = p.ZScore(ctx, t.set, completeMarker)
+		if t.following != "" {
+			version = p.HGet(ctx, t.following, versionField)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, redis.Nil) {
+		return false, fmt.Errorf("rebuild %s: %w", t.set, err)
+	}
+	return marker.Err() == nil && (version == nil || version.Err() == nil), nil
+}
+
+// awaitRebuild waits until another reader's rebuild completed the set, or
+// RebuildWait passed; the caller reads again and checks which.
+func (f *Feeds) awaitRebuild(ctx context.Context, t rebuildTarget) error {
+	deadline := time.Now().Add(f.cfg.RebuildWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		done, err := f.complete(ctx, t)
+		if err != nil || done {
+			return err
+		}
+	}
+	return nil
+}
+
+// randomVersion starts a following hash's version at a random point, so
+// that a hash rebuilt never repeats a version an older one had (cached
+// celebrity lists are tagged with it).
+func randomVersion() int64 {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	var v int64
+	for _, c := range b {
+		v = v<<8 | int64(c)
+	}
+	return v
+}
+
+func randomToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
