@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -44,6 +45,7 @@ func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int6
 const rebuildLimit = 800
 
 type bundle struct {
+	pg     *pgxpool.Pool
 	db     *store.DB
 	store  *countingStore
 	rdb    *redis.Client
@@ -53,11 +55,12 @@ type bundle struct {
 
 func setup(t *testing.T, cfg feed.Config) *bundle {
 	t.Helper()
-	db := store.New(testenv.NewPool(t), nil)
+	pool := testenv.NewPool(t)
+	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
 	cs := &countingStore{DB: db}
 	cfg.Prefix = prefix
-	return &bundle{db: db, store: cs, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, cs, cfg)}
+	return &bundle{pg: pool, db: db, store: cs, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, cs, cfg)}
 }
 
 func (b *bundle) post(t *testing.T, author int64) int64 {
