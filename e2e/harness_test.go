@@ -7,11 +7,16 @@ package e2e
 import (
 	"bytes"
 	"context"
+	crand "crypto/rand"
+	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -113,10 +118,11 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 type proc struct {
 	t           *testing.T
 	role        string
+	name        string // of its connections, if started by startNamed
 	cmd         *exec.Cmd
 	httpAddr    string
 	metricsAddr string
-	stderr      *bytes.Buffer
+	stderr      *lockedWriter
 	done        chan struct{}
 	exitErr     error
 }
@@ -124,8 +130,15 @@ type proc struct {
 // start runs `newsfeed <role> args...` and waits until it is healthy.
 func (c *cluster) start(role string, args ...string) *proc {
 	c.t.Helper()
-	p := &proc{t: c.t, role: role, metricsAddr: freeAddr(c.t), stderr: &bytes.Buffer{}, done: make(chan struct{})}
-	env := append(os.Environ(), c.env...)
+	return c.startWith(role, nil, args...)
+}
+
+// startWith is start with extra environment for this process alone (it wins
+// over the cluster's).
+func (c *cluster) startWith(role string, extra []string, args ...string) *proc {
+	c.t.Helper()
+	p := &proc{t: c.t, role: role, metricsAddr: freeAddr(c.t), stderr: &lockedWriter{}, done: make(chan struct{})}
+	env := append(append(os.Environ(), c.env...), extra...)
 	env = append(env, "NEWSFEED_METRICS_ADDR="+p.metricsAddr)
 	if role == "serve" || role == "all" {
 		p.httpAddr = freeAddr(c.t)
@@ -134,7 +147,7 @@ func (c *cluster) start(role string, args ...string) *proc {
 	p.cmd = exec.Command(binary, append([]string{role}, args...)...)
 	p.cmd.Env = env
 	p.cmd.Dir = c.t.TempDir() // no config.yaml there: env and defaults only
-	p.cmd.Stderr = &lockedWriter{w: p.stderr}
+	p.cmd.Stderr = p.stderr
 	require.NoError(c.t, p.cmd.Start())
 	go func() { p.exitErr = p.cmd.Wait(); close(p.done) }()
 	c.mu.Lock()
@@ -149,15 +162,22 @@ func (c *cluster) start(role string, args ...string) *proc {
 	return p
 }
 
+// lockedWriter is a process's stderr, read while the process may still write.
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu  sync.Mutex
+	buf bytes.Buffer
 }
 
 func (l *lockedWriter) Write(b []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(b)
+	return l.buf.Write(b)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.buf.String()
 }
 
 func (p *proc) output() string { return p.stderr.String() }
@@ -423,8 +443,10 @@ func (c *cluster) markFeedsBuilt(users []int64) {
 	}
 }
 
-// feedCounts returns, for each user, how often postID is in their feed in
-// Redis (0 or 1: a sorted set cannot hold more) — checked over the API too.
+// feedsHolding returns how many of users have postID in their feed in Redis
+// (a sorted set holds a member at most once: duplicates are checked over the
+// API). Any Redis error but "no such member" fails the test, so that "no feed
+// holds the post" cannot pass on an unreachable or broken Redis.
 func (c *cluster) feedsHolding(users []int64, postID int64) int {
 	c.t.Helper()
 	rdb := c.redis()
@@ -437,10 +459,14 @@ func (c *cluster) feedsHolding(users []int64, postID int64) int {
 		for _, u := range users[start:min(start+1000, len(users))] {
 			cmds = append(cmds, pipe.ZScore(ctx, c.feedKey(u), member))
 		}
-		_, _ = pipe.Exec(ctx)
-		for _, cmd := range cmds {
-			if cmd.Err() == nil {
+		_, _ = pipe.Exec(ctx) // each command's own error is checked below
+		for i, cmd := range cmds {
+			switch err := cmd.Err(); {
+			case err == nil:
 				n++
+			case errors.Is(err, redis.Nil): // not in that feed (or no feed)
+			default:
+				c.t.Fatalf("ZSCORE of post %d in %s: %v", postID, c.feedKey(users[start+i]), err)
 			}
 		}
 	}
@@ -472,6 +498,13 @@ func (c *cluster) run(args ...string) (string, error) {
 // tryPost creates a post with an Idempotency-Key and reports whether the
 // server accepted it (201 or 200); network errors and 5xx report false.
 func (c *client) tryPost(body, key string) (int64, bool) {
+	_, id, ok := c.tryPostStatus(body, key)
+	return id, ok
+}
+
+// tryPostStatus is tryPost that also returns the status of an accepted post:
+// 201 created, 200 a repeat that returned the first post.
+func (c *client) tryPostStatus(body, key string) (int, int64, bool) {
 	b, _ := json.Marshal(map[string]string{"body": body})
 	req, err := http.NewRequest("POST", c.base+"/v1/posts", bytes.NewReader(b))
 	require.NoError(c.t, err)
@@ -479,15 +512,138 @@ func (c *client) tryPost(body, key string) (int64, bool) {
 	req.Header.Set("Idempotency-Key", key)
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
-		return 0, false
+		return resp.StatusCode, 0, false
 	}
 	var p post
 	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
-		return 0, false
+		return resp.StatusCode, 0, false
 	}
-	return p.ID, true
+	return resp.StatusCode, p.ID, true
+}
+
+// envValue returns the cluster's value of an environment variable (the last
+// one set wins, as for the processes).
+func (c *cluster) envValue(key string) string {
+	v := ""
+	for _, kv := range c.env {
+		if k, val, ok := strings.Cut(kv, "="); ok && k == key {
+			v = val
+		}
+	}
+	return v
+}
+
+// withQuery returns rawURL with one more query parameter.
+func withQuery(t *testing.T, rawURL, key, value string) string {
+	t.Helper()
+	u, err := url.Parse(rawURL)
+	require.NoError(t, err)
+	q := u.Query()
+	q.Set(key, value)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// startNamed starts a process whose connections carry a name of its own
+// (PostgreSQL's application_name, Redis's client name; the servers are
+// shared, so the name is made unique). waitDisconnected then tells when the
+// servers are done with everything it sent.
+func (c *cluster) startNamed(role string, args ...string) *proc {
+	c.t.Helper()
+	b := make([]byte, 6)
+	_, _ = crand.Read(b)
+	name := "nf-e2e-" + role + "-" + hex.EncodeToString(b)
+	p := c.startWith(role, []string{
+		"NEWSFEED_DATABASE_URL=" + withQuery(c.t, c.envValue("NEWSFEED_DATABASE_URL"), "application_name", name),
+		"NEWSFEED_REDIS_URL=" + withQuery(c.t, c.envValue("NEWSFEED_REDIS_URL"), "client_name", name),
+	}, args...)
+	p.name = name
+	return p
+}
+
+// waitDisconnected waits until neither PostgreSQL nor Redis has a connection
+// of the (killed) process p, started by startNamed, left. A server runs what
+// a client sent before it died, so only then is the state it left final.
+func (c *cluster) waitDisconnected(p *proc) {
+	c.t.Helper()
+	require.NotEmpty(c.t, p.name, "waitDisconnected needs a process started by startNamed")
+	name := p.name
+	rdb := c.redis()
+	ctx := context.Background()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var backends int
+		require.NoError(c.t, c.pool.QueryRow(ctx,
+			"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", name).Scan(&backends))
+		clients, err := rdb.ClientList(ctx).Result()
+		require.NoError(c.t, err)
+		redisConns := strings.Count(clients, " name="+name+" ")
+		if backends == 0 && redisConns == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s still has %d PostgreSQL and %d Redis connections", name, backends, redisConns)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// pendingOutboxIDs returns the outbox ids of the tickets in the workers'
+// pending list: delivered to a worker and not acknowledged (XPENDING).
+func (c *cluster) pendingOutboxIDs() map[int64]bool {
+	c.t.Helper()
+	rdb := c.redis()
+	ctx := context.Background()
+	stream := c.prefix + "tickets"
+	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
+		Stream: stream, Group: "fanout", Start: "-", End: "+", Count: 100_000,
+	}).Result()
+	require.NoError(c.t, err)
+	ids := map[int64]bool{}
+	if len(pending) == 0 {
+		return ids
+	}
+	pipe := rdb.Pipeline()
+	cmds := make([]*redis.XMessageSliceCmd, len(pending))
+	for i, p := range pending {
+		cmds[i] = pipe.XRange(ctx, stream, p.ID, p.ID)
+	}
+	_, err = pipe.Exec(ctx)
+	require.NoError(c.t, err)
+	for i, cmd := range cmds {
+		msgs := cmd.Val()
+		require.Len(c.t, msgs, 1, "pending ticket %s is in the stream", pending[i].ID)
+		id, err := strconv.ParseInt(fmt.Sprint(msgs[0].Values["id"]), 10, 64)
+		require.NoError(c.t, err)
+		ids[id] = true
+	}
+	return ids
+}
+
+// queryInts runs a query that returns one bigint column.
+func (c *cluster) queryInts(sql string, args ...any) []int64 {
+	c.t.Helper()
+	rows, err := c.pool.Query(context.Background(), sql, args...)
+	require.NoError(c.t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(c.t, err)
+	return ids
+}
+
+// testRand returns the random source of a test's choices (kill points), and
+// prints its seed; NEWSFEED_E2E_SEED repeats a run's choices.
+func testRand(t *testing.T) *rand.Rand {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("NEWSFEED_E2E_SEED"); s != "" {
+		var err error
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "NEWSFEED_E2E_SEED")
+	}
+	t.Logf("seed %d (repeat with NEWSFEED_E2E_SEED=%d go test -run '%s' ./e2e/)", seed, seed, t.Name())
+	return rand.New(rand.NewPCG(seed, seed>>1|1))
 }
