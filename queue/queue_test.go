@@ -127,6 +127,36 @@ func requirePending(t *testing.T, q *queue.Queue, want int64) {
 	require.Equal(t, want, n, "pending tickets")
 }
 
+// blockingReader returns a queue on the test's stream whose reads go through
+// a Redis connection of their own, named, and a function that waits until
+// Redis shows that connection blocked in XREADGROUP (CLIENT LIST: flag b).
+func blockingReader(t *testing.T, b *testBundle) (*queue.Queue, func()) {
+	t.Helper()
+	opts, err := redis.ParseURL(testenv.RedisURL())
+	require.NoError(t, err)
+	name := strings.ReplaceAll(b.prefix, ":", "-") + "reader"
+	opts.ClientName = name
+	reader := redis.NewClient(opts)
+	t.Cleanup(func() { _ = reader.Close() })
+	waitBlocked := func() {
+		t.Helper()
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			clients, err := b.rdb.ClientList(t.Context()).Result()
+			require.NoError(c, err)
+			blocked := slices.ContainsFunc(strings.Split(clients, "\n"), func(line string) bool {
+				fields := strings.Fields(line)
+				return slices.Contains(fields, "name="+name) && slices.Contains(fields, "cmd=xreadgroup") &&
+					slices.ContainsFunc(fields, func(f string) bool {
+						flags, ok := strings.CutPrefix(f, "flags=")
+						return ok && strings.Contains(flags, "b")
+					})
+			})
+			require.True(c, blocked, "the reader blocks in XREADGROUP")
+		}, 10*time.Second, 5*time.Millisecond)
+	}
+	return queue.New(reader, b.stream, group), waitBlocked
+}
+
 func TestPublishAndRead(t *testing.T) {
 	t.Parallel()
 
@@ -170,15 +200,16 @@ func TestPublishAndRead(t *testing.T) {
 
 	t.Run("ABlockedReadGetsATicketPublishedMeanwhile", func(t *testing.T) {
 		t.Parallel()
-		q, _ := setup(t)
+		q, b := setup(t)
+		reader, waitBlocked := blockingReader(t, b)
 		var tickets []queue.Ticket
 		var err error
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
-			tickets, err = q.Read(t.Context(), "a", 10, 10*time.Second)
+			tickets, err = reader.Read(t.Context(), "a", 10, time.Minute)
 		}()
-		time.Sleep(50 * time.Millisecond)
+		waitBlocked()
 		publish(t, q, makeEvents(1, 1))
 		<-done
 		require.NoError(t, err)
@@ -387,34 +418,71 @@ func TestClaimStale(t *testing.T) {
 	})
 }
 
+// TestTouch: a touch starts a ticket's idle time again, without counting a
+// delivery, so that a claim of the tickets idle as long as an untouched one
+// passes the touched one over. No wall-clock margin: the idle times are
+// compared in one Redis reply, and a claim that took the touched ticket too
+// counts only if Redis's clock shows the test did not stall for longer than
+// the two tickets are apart.
 func TestTouch(t *testing.T) {
 	t.Parallel()
-	q, b := setup(t)
-	publish(t, q, makeEvents(1, 2))
-	tickets := read(t, q, "a", 10)
-	require.Len(t, tickets, 2)
+	const apart = 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		q, b := setup(t)
+		publish(t, q, makeEvents(1, 2))
+		tickets := read(t, q, "a", 10)
+		require.Len(t, tickets, 2)
+		touched, untouched := tickets[0].MessageID, tickets[1].MessageID
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			pending := pendingOf(t, b)
+			require.Len(c, pending, 2)
+			for _, p := range pending {
+				require.GreaterOrEqual(c, p.Idle, apart)
+			}
+		}, 10*time.Second, 10*time.Millisecond, "both tickets idle")
+		require.NoError(t, q.Touch(t.Context(), "a", touched))
 
-	const minIdle = 500 * time.Millisecond
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		list, err := b.rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{
-			Stream: b.stream, Group: group, Start: "-", End: "+", Count: 10,
-		}).Result()
-		require.NoError(c, err)
-		require.Len(c, list, 2)
-		for _, p := range list {
-			require.Greater(c, p.Idle, minIdle)
+		// One reply, one instant: the touched ticket is the younger by at
+		// least as long as both had idled before the touch.
+		var pending *redis.XPendingExtCmd
+		var clock *redis.TimeCmd
+		_, err := b.rdb.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
+			pending = p.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: b.stream, Group: group, Start: "-", End: "+", Count: 10})
+			clock = p.Time(t.Context())
+			return nil
+		})
+		require.NoError(t, err)
+		idle := map[string]time.Duration{}
+		for _, p := range pending.Val() {
+			idle[p.ID] = p.Idle
+			require.Equal(t, "a", p.Consumer)
+			require.Equal(t, int64(1), p.RetryCount, "a touch is not a delivery")
 		}
-	}, 10*time.Second, 50*time.Millisecond)
+		gap := idle[untouched] - idle[touched]
+		require.GreaterOrEqual(t, gap, apart, "the touch started the ticket's idle time again: %v", idle)
 
-	require.NoError(t, q.Touch(t.Context(), "a", tickets[0].MessageID))
-	taken, err := q.ClaimStale(t.Context(), "b", minIdle, 10)
-	require.NoError(t, err)
-	require.Equal(t, []int64{tickets[1].ID}, ticketIDs(taken), "the touched ticket stays")
-
-	pending := pendingOf(t, b)
-	require.Equal(t, "a", pending[tickets[0].MessageID].Consumer)
-	require.Equal(t, int64(1), pending[tickets[0].MessageID].RetryCount, "a touch is not a delivery")
-	require.Equal(t, "b", pending[tickets[1].MessageID].Consumer)
+		// Claim what idled as long as the untouched ticket had then.
+		taken, err := q.ClaimStale(t.Context(), "b", idle[untouched], 10)
+		require.NoError(t, err)
+		end, err := b.rdb.Time(t.Context()).Result()
+		require.NoError(t, err)
+		owners := pendingOf(t, b)
+		require.Equal(t, "b", owners[untouched].Consumer, "the untouched ticket is taken over")
+		if len(taken) == 1 {
+			require.Equal(t, tickets[1].ID, taken[0].ID)
+			require.Equal(t, "a", owners[touched].Consumer, "the touched ticket stays")
+			return
+		}
+		// The touched ticket went too: only right if it had idled as long as
+		// well by the time of the claim, that is if the claim came gap or
+		// more after the reply above (a stalled test), by Redis's clock.
+		require.Equal(t, []int64{tickets[0].ID, tickets[1].ID}, ticketIDs(taken))
+		stall := end.Sub(clock.Val())
+		require.GreaterOrEqual(t, stall, gap-2*time.Millisecond,
+			"the touched ticket, %v younger, was taken by a claim %v after", gap, stall)
+		require.Less(t, attempt, 5, "stalled for longer than the tickets are apart %d times", attempt)
+		t.Logf("attempt %d: the claim came %v after the idle times, more than the %v between the tickets; again", attempt, stall, gap)
+	}
 }
 
 func TestPending(t *testing.T) {
@@ -470,29 +538,16 @@ func TestRedisLoss(t *testing.T) {
 	t.Run("ABlockedReadSurvivesTheStreamBeingDeleted", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)
-		// The reader has a connection of its own, named, to see it blocked.
-		opts, err := redis.ParseURL(testenv.RedisURL())
-		require.NoError(t, err)
-		name := strings.ReplaceAll(b.prefix, ":", "-") + "reader"
-		opts.ClientName = name
-		reader := redis.NewClient(opts)
-		t.Cleanup(func() { _ = reader.Close() })
-		q := queue.New(reader, b.stream, group)
+		q, waitBlocked := blockingReader(t, b)
 
 		var tickets []queue.Ticket
+		var err error
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			tickets, err = q.Read(t.Context(), "a", 10, 2*time.Second)
 		}()
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			clients, err := b.rdb.ClientList(t.Context()).Result()
-			require.NoError(c, err)
-			blocked := slices.ContainsFunc(strings.Split(clients, "\n"), func(line string) bool {
-				return strings.Contains(line, "name="+name+" ") && strings.Contains(line, "cmd=xreadgroup")
-			})
-			require.True(c, blocked, "the reader blocks")
-		}, 10*time.Second, 10*time.Millisecond)
+		waitBlocked()
 		require.NoError(t, b.rdb.Del(t.Context(), b.stream).Err())
 		<-done
 
