@@ -53,8 +53,9 @@ type Graph interface {
 
 // Feeds is what the worker writes.
 type Feeds interface {
-	// Push adds a post to the existing feeds among followers and returns how many gained it.
-	Push(ctx context.Context, postID int64, followers []int64) (int, error)
+	// Push adds a post by authorID to the existing feeds among followers
+	// whose readers follow the author now, and returns how many gained it.
+	Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error)
 	// Followed merges the followee's recent posts into the follower's feed
 	// and returns how many were new.
 	Followed(ctx context.Context, follower, followee int64) (int, error)
@@ -575,7 +576,7 @@ func (w *Worker) pushChunk(ctx context.Context, c outbox.ChunkPayload) error {
 // until] (until 0: no bound).
 func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64) error {
 	return w.eachFollowerPage(ctx, authorID, after, until, func(followers []int64) error {
-		added, err := w.feeds.Push(ctx, postID, followers)
+		added, err := w.feeds.Push(ctx, authorID, postID, followers)
 		w.metrics.entries.Add(float64(added))
 		return err
 	})

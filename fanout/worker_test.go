@@ -404,14 +404,14 @@ type hookedFeeds struct {
 	pushes, followed, unfollowed atomic.Int64
 }
 
-func (f *hookedFeeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
+func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error) {
 	f.pushes.Add(1)
 	if f.beforePush != nil {
 		if err := f.beforePush(ctx); err != nil {
 			return 0, err
 		}
 	}
-	return f.Feeds.Push(ctx, postID, followers)
+	return f.Feeds.Push(ctx, authorID, postID, followers)
 }
 
 func (f *hookedFeeds) Followed(ctx context.Context, follower, followee int64) (int, error) {

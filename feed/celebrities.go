@@ -39,7 +39,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 	if err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err(); err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
-	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen))
+	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "")
 	if err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
@@ -48,7 +48,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
-	if _, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, postID); err != nil {
+	if _, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, 1, postID); err != nil {
 		return fmt.Errorf("remove post %d from timeline %d: %w", postID, authorID, err)
 	}
 	return nil

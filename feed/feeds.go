@@ -18,6 +18,9 @@ type Store interface {
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)
+	// AuthorPostIDsBetween returns the author's live post ids in
+	// [since, before), newest first, at most limit.
+	AuthorPostIDsBetween(ctx context.Context, authorID, since, before int64, limit int) ([]int64, error)
 	// Followees returns everyone followerID follows.
 	Followees(ctx context.Context, followerID int64) ([]int64, error)
 	// PulledAuthors returns the authors whose posts were ever pulled into

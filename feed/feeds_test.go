@@ -163,7 +163,7 @@ func TestRead(t *testing.T) {
 		page, err := b.feeds.Read(ctx, 10, 0, 2)
 		require.NoError(t, err)
 		newer := b.post(t, 1)
-		_, err = b.feeds.Push(ctx, newer, []int64{10})
+		_, err = b.feeds.Push(ctx, 1, newer, []int64{10})
 		require.NoError(t, err)
 		got := []int64{page.Posts[0].ID, page.Posts[1].ID}
 		for before := page.Next; before != 0; {
@@ -249,7 +249,7 @@ func TestRead(t *testing.T) {
 		// A post created and fanned out while the rebuild reads PostgreSQL:
 		// the rebuild's snapshot may miss it, the push must not.
 		newer := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, newer, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, newer, []int64{10})
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the feed under rebuild accepts pushes")
 		close(b.store.gate)
@@ -289,12 +289,14 @@ func TestPush(t *testing.T) {
 	t.Run("writes only feeds that exist, once per post", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
+		b.follow(t, 11, 1)
 		require.Empty(t, b.readAll(t, 10, 20)) // builds feed 10
 		id := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, id, []int64{10, 11})
+		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = b.feeds.Push(ctx, id, []int64{10, 11})
+		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11})
 		require.NoError(t, err)
 		require.Zero(t, n, "a repeated push adds nothing")
 		exists, err := b.rdb.Exists(ctx, b.feedKey(11)).Result()
@@ -308,9 +310,10 @@ func TestPush(t *testing.T) {
 	t.Run("trims to max_len keeping the newest and the marker", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{MaxLen: 3})
+		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		for id := int64(1); id <= 10; id++ {
-			_, err := b.feeds.Push(ctx, id, []int64{10})
+			_, err := b.feeds.Push(ctx, 1, id, []int64{10})
 			require.NoError(t, err)
 		}
 		members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
@@ -321,11 +324,12 @@ func TestPush(t *testing.T) {
 	t.Run("scores are exact for the largest post id", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		const maxID = 1<<53 - 1 // the schema caps the post id sequence here
-		_, err := b.feeds.Push(ctx, maxID, []int64{10})
+		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10})
 		require.NoError(t, err)
-		_, err = b.feeds.Push(ctx, maxID-1, []int64{10})
+		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10})
 		require.NoError(t, err)
 		members, err := b.rdb.ZRevRangeWithScores(ctx, b.feedKey(10), 0, 1).Result()
 		require.NoError(t, err)
@@ -337,9 +341,10 @@ func TestPush(t *testing.T) {
 	t.Run("survives Redis forgetting its scripts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{})
+		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		require.NoError(t, b.rdb.ScriptFlush(ctx).Err())
-		n, err := b.feeds.Push(ctx, 5, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, 5, []int64{10})
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	})
@@ -386,7 +391,7 @@ func TestInactiveFeedsExpire(t *testing.T) {
 	require.NoError(t, b.rdb.PExpire(ctx, b.feedKey(10), time.Millisecond).Err())
 	require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.feedKey(10)).Val() == 0 }, time.Second, time.Millisecond)
 	second := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, second, []int64{10})
+	n, err := b.feeds.Push(ctx, 1, second, []int64{10})
 	require.NoError(t, err)
 	require.Zero(t, n, "no work and no memory for a reader who is away")
 	// …and their return rebuilds it, with everything.
@@ -453,7 +458,7 @@ func TestFeedsStayComplete(t *testing.T) {
 		b.follow(t, 10, 2)
 		_, err = b.feeds.Followed(ctx, 10, 2) // floored at others[1]
 		require.NoError(t, err)
-		n, err := b.feeds.Push(ctx, late, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, late, []int64{10})
 		require.NoError(t, err)
 		require.Zero(t, n, "older than what the prefix holds: left to PostgreSQL")
 		require.Equal(t, b.truth(t, 10), b.readAll(t, 10, 2))

@@ -2,8 +2,8 @@ package feed
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"math"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -40,26 +40,30 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 // Unfollowed records in Redis that follower no longer follows followee and
 // removes followee's posts from follower's feed without scanning it: every
 // post of the followee that the feed holds is at or above the feed's lowest
-// entry, and there are no more of them than the feed has entries, so those
-// ids are read from PostgreSQL and removed. Reads hide the followee's posts
-// at once whatever stays behind (a fan-out that wrote after this, say),
-// because the following hash no longer lists them.
+// entry, so those ids are read from PostgreSQL, a page at a time, and
+// removed. Pushes of the followee's posts are refused from then on (the
+// following hash no longer lists them), so nothing comes back.
 func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
 	feedKey := f.keys.feed(follower)
-	var lowest *redis.ZSliceCmd
-	var size *redis.IntCmd
-	if _, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		lowest = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: feedKey, Start: 1, Stop: "+inf", ByScore: true, Count: 1})
-		size = p.ZCard(ctx, feedKey)
-		return nil
-	}); err != nil && !errors.Is(err, redis.Nil) {
+	lowest, err := f.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
+		Key: feedKey, Start: 1, Stop: "+inf", ByScore: true, Count: 1,
+	}).Result()
+	if err != nil {
 		return fmt.Errorf("unfill feed %d: %w", follower, err)
 	}
 	var ids []int64
-	if low := lowest.Val(); len(low) > 0 {
-		var err error
-		if ids, err = f.store.AuthorPostIDsSince(ctx, followee, int64(low[0].Score), int(size.Val())); err != nil {
-			return fmt.Errorf("unfill feed %d: %w", follower, err)
+	if len(lowest) > 0 {
+		since, before := int64(lowest[0].Score), int64(math.MaxInt64)
+		for {
+			page, err := f.store.AuthorPostIDsBetween(ctx, followee, since, before, unfollowPage)
+			if err != nil {
+				return fmt.Errorf("unfill feed %d: %w", follower, err)
+			}
+			ids = append(ids, page...)
+			if len(page) < unfollowPage {
+				break
+			}
+			before = page[len(page)-1]
 		}
 	}
 	args := append([]any{followee}, int64sToArgs(ids)...)
@@ -68,3 +72,6 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 	}
 	return nil
 }
+
+// unfollowPage is how many post ids an unfollow reads from PostgreSQL at once.
+const unfollowPage = 1000

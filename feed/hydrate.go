@@ -1,12 +1,10 @@
 package feed
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -36,14 +34,13 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 	var missing []int64
 	for i, c := range cmds {
 		raw, err := c.Bytes()
-		author, ok := cachedAuthor(raw)
 		switch {
 		case err == nil && string(raw) == tombstone:
 			dead[ids[i]] = true
-		case err != nil || !ok:
+		case err != nil || len(raw) == 0 || raw[0] != '{':
 			missing = append(missing, ids[i])
 		default:
-			found[ids[i]] = Post{ID: ids[i], AuthorID: author, cached: raw}
+			found[ids[i]] = Post{ID: ids[i], cached: raw}
 		}
 	}
 	if len(missing) > 0 {
@@ -63,30 +60,6 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 		}
 	}
 	return out, nil
-}
-
-// authorKey starts the author field of a cached post: the cache holds
-// posts as Post marshals them, {"id":…,"author_id":…,…}. A quote inside a
-// JSON string is always escaped, so the first match is the field.
-var authorKey = []byte(`"author_id":`)
-
-// cachedAuthor reads the author id of a cached post without decoding the
-// whole post (reads filter every post by its author).
-func cachedAuthor(raw []byte) (int64, bool) {
-	if len(raw) == 0 || raw[0] != '{' {
-		return 0, false
-	}
-	i := bytes.Index(raw, authorKey)
-	if i < 0 {
-		return 0, false
-	}
-	rest := raw[i+len(authorKey):]
-	end := bytes.IndexAny(rest, ",}")
-	if end < 0 {
-		return 0, false
-	}
-	id, err := strconv.ParseInt(string(bytes.TrimSpace(rest[:end])), 10, 64)
-	return id, err == nil && id > 0
 }
 
 // cachePosts stores posts in the post cache, and tombstones for the ids among

@@ -8,14 +8,15 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// Push adds post postID to the feeds of followers that exist and trims them.
-// It returns how many feeds gained the entry (a repeated push gains none).
-func (f *Feeds) Push(ctx context.Context, postID int64, followers []int64) (int, error) {
-	keys := make([]string, len(followers))
-	for i, u := range followers {
-		keys[i] = f.keys.feed(u)
+// Push adds post postID by authorID to the feeds of followers that exist,
+// whose readers follow the author now, and trims them. It returns how many
+// feeds gained the entry (a repeated push gains none).
+func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error) {
+	keys := make([]string, 0, 2*len(followers))
+	for _, u := range followers {
+		keys = append(keys, f.keys.feed(u), f.keys.following(u))
 	}
-	added, err := f.runOverKeys(ctx, pushScript, keys, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen))
+	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID)
 	if err != nil {
 		return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
 	}
@@ -31,7 +32,7 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 	for i, u := range users {
 		keys[i] = f.keys.feed(u)
 	}
-	if _, err := f.runOverKeys(ctx, removeScript, keys, int64sToArgs(postIDs)...); err != nil {
+	if _, err := f.runOverKeys(ctx, removeScript, keys, 1, int64sToArgs(postIDs)...); err != nil {
 		return fmt.Errorf("remove posts from feeds: %w", err)
 	}
 	return nil
@@ -56,14 +57,16 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 	return nil
 }
 
-// runOverKeys runs a script that changes many sets (KEYS) alike: one call
-// per maxScriptKeys keys on a single Redis, one call per key on a Redis
-// Cluster (a script may only touch keys of one slot), in pipelines of at
-// most maxPipeline calls. It returns the sum of the calls' results.
-func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, args ...any) (int, error) {
-	per := maxScriptKeys
+// runOverKeys runs a script that changes many sets alike, whose KEYS come
+// in groups of keysPer (a feed, or a feed and its following hash): one call
+// per maxScriptKeys groups on a single Redis, one call per group on a Redis
+// Cluster (a script may only touch keys of one slot, and the keys of a group
+// share one), in pipelines of at most maxPipeline calls. It returns the sum
+// of the calls' results.
+func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, keysPer int, args ...any) (int, error) {
+	per := maxScriptKeys * keysPer
 	if f.cfg.Cluster {
-		per = 1
+		per = keysPer
 	}
 	calls := (len(keys) + per - 1) / per
 	total := 0

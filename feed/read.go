@@ -34,7 +34,9 @@ var errFromPostgres = errors.New("read from PostgreSQL")
 // (before <= 0 reads from the newest), newest first, with no duplicates, no
 // deleted posts and no posts of authors the user does not follow now: the
 // user's feed merged with the timelines of the celebrities they follow, and
-// past what Redis keeps, PostgreSQL.
+// past what Redis keeps, PostgreSQL. (The scripts keep every post of an
+// author the reader does not follow out of the feed, atomically with the
+// following hash, so a page needs no filter.)
 func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page, error) {
 	if before <= 0 {
 		before = math.MaxInt64
@@ -47,11 +49,8 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 		ids, floor, err := r.next(ctx, cursor, n)
 		if err == nil {
 			var hydrated []Post
-			if hydrated, err = f.hydrate(ctx, ids); err == nil {
-				var visible []Post
-				visible, err = f.followedOnly(ctx, userID, hydrated)
-				posts = append(posts, visible...)
-			}
+			hydrated, err = f.hydrate(ctx, ids)
+			posts = append(posts, hydrated...)
 		}
 		if errors.Is(err, errFromPostgres) {
 			floor = cursor // nothing sure in Redis below the cursor
@@ -62,7 +61,7 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 			if len(ids) < n {
 				break // every source holds its whole history: there is no more
 			}
-			cursor = ids[len(ids)-1] // some were deleted or hidden: read on in Redis
+			cursor = ids[len(ids)-1] // some were deleted: read on in Redis
 			continue
 		}
 		// Redis holds nothing sure below floor: go on from the truth.
@@ -291,41 +290,4 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 		meta.pulledComplete = pulledComplete.Val()
 	}
 	return sets, meta, nil
-}
-
-// followedOnly drops the posts whose author the user does not follow now,
-// by the following hash: a post a fan-out wrote after the user unfollowed
-// its author, or a celebrity's timeline read from a stale list, never shows.
-// errFromPostgres says the hash is gone (dropped or expired since the page
-// began).
-func (f *Feeds) followedOnly(ctx context.Context, userID int64, posts []Post) ([]Post, error) {
-	if len(posts) == 0 {
-		return posts, nil
-	}
-	fields := []string{versionField}
-	seen := make(map[int64]bool)
-	for _, p := range posts {
-		if !seen[p.AuthorID] {
-			seen[p.AuthorID] = true
-			fields = append(fields, strconv.FormatInt(p.AuthorID, 10))
-		}
-	}
-	vals, err := f.rdb.HMGet(ctx, f.keys.following(userID), fields...).Result()
-	if err != nil {
-		return nil, fmt.Errorf("read whom user %d follows: %w", userID, err)
-	}
-	if vals[0] == nil {
-		return nil, errFromPostgres
-	}
-	followed := make(map[string]bool, len(fields))
-	for i, v := range vals[1:] {
-		followed[fields[i+1]] = v != nil
-	}
-	out := posts[:0]
-	for _, p := range posts {
-		if followed[strconv.FormatInt(p.AuthorID, 10)] {
-			out = append(out, p)
-		}
-	}
-	return out, nil
 }

@@ -47,25 +47,37 @@ local function trim(k, maxlen, slack)
 end
 `
 
-// pushScript adds one post (ARGV[1]) to every set among KEYS that exists,
-// and trims a set back to max_len (ARGV[2]) once it holds ARGV[3] entries
-// more: trimming is most of a push's cost once feeds are full, and reads,
-// which take the newest, never see the difference. A post older than every
-// post of a complete prefix is left out: it would leave a gap above it
-// (reads find it in PostgreSQL); that includes a set holding only its
-// marker. One call serves a page of followers, so the cost of running a
-// script is paid once per page instead of once per follower; in a Redis
-// Cluster, where a script may only touch keys of one slot, it is called
-// with one key at a time. It returns how many sets gained the post.
+// pushScript adds one post (ARGV[1]) by ARGV[4] to every set among KEYS
+// that exists, and trims a set back to max_len (ARGV[2]) once it holds
+// ARGV[3] entries more: trimming is most of a push's cost once feeds are
+// full, and reads, which take the newest, never see the difference. A post
+// older than every post of a complete prefix is left out: it would leave a
+// gap above it (reads find it in PostgreSQL); that includes a set holding
+// only its marker.
+//
+// For feeds (ARGV[4] not empty), KEYS come in pairs: each feed, then its
+// reader's following hash, and a post goes only into the feed of a reader
+// who follows its author now — a fan-out that read its page of followers
+// before an unfollow writes nothing after it. (A feed under rebuild has no
+// hash yet and takes the post; an unfollow during the rebuild drops both.)
+//
+// One call serves a page of followers, so the cost of running a script is
+// paid once per page instead of once per follower; in a Redis Cluster,
+// where a script may only touch keys of one slot, it is called with one
+// feed at a time. It returns how many sets gained the post.
 var pushScript = redis.NewScript(luaCommon + `
 local id = ARGV[1]
 local maxlen = tonumber(ARGV[2])
 local trimAt = maxlen + tonumber(ARGV[3])
+local author = ARGV[4]
+local step = 1
+if author ~= '' then step = 2 end
 local added = 0
-for i = 1, #KEYS do
+for i = 1, #KEYS, step do
   local k = KEYS[i]
   local n = redis.call('ZCARD', k) -- 0: no set (a set holds a marker)
-  if n > 0 then
+  if n > 0 and (step == 1 or redis.call('HEXISTS', KEYS[i + 1], author) == 1
+      or redis.call('EXISTS', KEYS[i + 1]) == 0) then
     local a = redis.call('ZADD', k, id, id)
     if n > trimAt then
       redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))

@@ -34,3 +34,20 @@ func (db *DB) PulledAuthors(ctx context.Context) ([]int64, error) {
 	}
 	return ids, nil
 }
+
+// AuthorPostIDsBetween returns the ids of the author's live posts with
+// since <= id < before, newest first, at most limit: one page of what an
+// unfollow removes from a feed.
+func (db *DB) AuthorPostIDsBetween(ctx context.Context, authorID, since, before int64, limit int) ([]int64, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND id < $3 AND deleted_at IS NULL
+ORDER BY id DESC LIMIT $4`, authorID, since, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("author post ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("author post ids: %w", err)
+	}
+	return ids, nil
+}
