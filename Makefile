@@ -4,13 +4,17 @@ export PATH := $(PATH):/usr/local/go/bin
 
 BIN := bin/newsfeed
 
-.PHONY: run test build services lint bench clean
+.PHONY: run test model build services lint bench clean
 
 run: services build ## build and run every role in one process (development)
 	$(BIN) all --dev
 
-test: services ## every test, with the race detector, against the real servers
+test: services ## every test, with the race detector, against the real servers; then the model-based feed test in full
 	go test -race -count=1 -timeout 14m ./...
+	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
+
+model: services ## the model-based feed test alone, longer: make model CHECKS=200
+	NEWSFEED_MODEL_CHECKS=$(or $(CHECKS),100) go test -count=1 -timeout 60m -run '^TestFeedModel$$' -v ./api/
 
 build:
 	go build -o $(BIN) .
