@@ -68,7 +68,7 @@ func TestCelebrityMergedAtReadTime(t *testing.T) {
 	// A new read holds every post, the late one first; an unfollow hides the
 	// star's posts at once and leaves the friend's.
 	every := append(append([]int64{}, want...), late.ID)
-	require.Equal(t, reversed(every), ids(alan.feed()), "the star's posts and the friend's, before the unfollow")
+	require.Equal(t, reversed(every), postIDs(alan.feed()), "the star's posts and the friend's, before the unfollow")
 	var friends []int64
 	for i, id := range want {
 		if i%3%2 == 1 {
@@ -77,7 +77,7 @@ func TestCelebrityMergedAtReadTime(t *testing.T) {
 	}
 	status, body := alan.do("DELETE", "/v1/following/"+strconv.Itoa(star), nil)
 	require.Equal(t, http.StatusNoContent, status, string(body))
-	require.Equal(t, reversed(friends), ids(alan.feed()), "the friend's posts, all of them, and nothing of the star's")
+	require.Equal(t, reversed(friends), postIDs(alan.feed()), "the friend's posts, all of them, and nothing of the star's")
 	var count int64
 	require.NoError(t, c.pool.QueryRow(context.Background(),
 		"SELECT followers FROM follower_counts WHERE user_id = $1", star).Scan(&count))
@@ -92,7 +92,7 @@ func reversed(ids []int64) []int64 {
 	return out
 }
 
-func ids(posts []post) []int64 {
+func postIDs(posts []post) []int64 {
 	out := make([]int64, len(posts))
 	for i, p := range posts {
 		out[i] = p.ID
