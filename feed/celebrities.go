@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -39,7 +40,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 	if err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err(); err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
-	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "")
+	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
 	if err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
@@ -75,6 +76,9 @@ func (f *Feeds) celebrities(ctx context.Context, userID int64, meta readMeta) ([
 	fields, err := f.rdb.HKeys(ctx, f.keys.following(userID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("celebrities followed by %d: %w", userID, err)
+	}
+	if !slices.Contains(fields, versionField) {
+		return nil, errFromPostgres // the hash went since the page began (a follow, an unfollow)
 	}
 	var followees []any
 	for _, m := range fields {

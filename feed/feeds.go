@@ -103,6 +103,14 @@ const maxPipeline = 2000
 // holds Redis for long (about a millisecond per thousand).
 const maxScriptKeys = 1000
 
+// ttlSeconds is feed.active_days in seconds, for scripts.
+func (f *Feeds) ttlSeconds() int64 { return int64(f.cfg.ActiveTTL / time.Second) }
+
+// buildTTLSeconds is how long a set under rebuild lives: twice the rebuild
+// lock, so that one whose rebuild died (and which pushes still fill) goes
+// soon if nobody reads it again. The finish gives the set feed.active_days.
+func (f *Feeds) buildTTLSeconds() int64 { return int64(2 * f.cfg.RebuildLock / time.Second) }
+
 // trimSlack is how many entries over max_len a set may hold before a push
 // trims it back: a sixteenth of max_len, so a trim removes many entries at
 // once instead of one at every push.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,8 +14,18 @@ import (
 // keeping the feed a complete prefix: when the followee may have older posts
 // than those merged, the feed keeps only what is at or above the oldest one
 // merged (with no backfill: what is newer than the followee's newest post),
-// and reads find the rest in PostgreSQL. It returns how many posts were new.
+// and reads find the rest in PostgreSQL. The follow is recorded before the
+// posts are read, so that a post of the followee committed after the read
+// is pushed, not refused. It returns how many posts were new.
 func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
+	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
+	there, err := followScript.Run(ctx, f.rdb, keys, followee, f.ttlSeconds()).Int()
+	if err != nil {
+		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
+	}
+	if there == 0 {
+		return 0, nil // no feed: the next read rebuilds it with the follow
+	}
 	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, max(f.cfg.Backfill, 1))
 	if err != nil {
 		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
@@ -30,47 +41,77 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 		floor = ids[len(ids)-1]
 	}
 	args := append([]any{f.cfg.MaxLen, floor, followee}, int64sToArgs(ids)...)
-	n, err := followScript.Run(ctx, f.rdb, []string{f.keys.feed(follower), f.keys.following(follower)}, args...).Int()
+	n, err := mergeScript.Run(ctx, f.rdb, keys, args...).Int()
 	if err != nil {
 		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
 	}
-	return max(n, 0), nil
+	return n, nil
 }
 
 // Unfollowed records in Redis that follower no longer follows followee and
 // removes followee's posts from follower's feed without scanning it: every
 // post of the followee that the feed holds is at or above the feed's lowest
-// entry, so those ids are read from PostgreSQL, a page at a time, and
-// removed. Pushes of the followee's posts are refused from then on (the
-// following hash no longer lists them), so nothing comes back.
+// entry (at any id, if the feed is whole), so those ids are read from
+// PostgreSQL, a page at a time, and removed. Pushes of the followee's posts
+// are refused from then on (the following hash no longer lists them), so
+// nothing comes back. Should the feed change under the read so that the
+// ids may not cover it, it looks again; a feed that keeps changing is
+// dropped, to be rebuilt by the next read.
 func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
-	feedKey := f.keys.feed(follower)
-	lowest, err := f.rdb.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{
-		Key: feedKey, Start: 1, Stop: "+inf", ByScore: true, Count: 1,
-	}).Result()
-	if err != nil {
-		return fmt.Errorf("unfill feed %d: %w", follower, err)
-	}
-	var ids []int64
-	if len(lowest) > 0 {
-		since, before := int64(lowest[0].Score), int64(math.MaxInt64)
-		for {
-			page, err := f.store.AuthorPostIDsBetween(ctx, followee, since, before, unfollowPage)
-			if err != nil {
-				return fmt.Errorf("unfill feed %d: %w", follower, err)
+	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
+	for range 3 {
+		seen, since, err := f.lowestEntry(ctx, keys[0])
+		if err != nil {
+			return fmt.Errorf("unfill feed %d: %w", follower, err)
+		}
+		var ids []int64
+		if seen != "-" {
+			for before := int64(math.MaxInt64); ; {
+				page, err := f.store.AuthorPostIDsBetween(ctx, followee, since, before, unfollowPage)
+				if err != nil {
+					return fmt.Errorf("unfill feed %d: %w", follower, err)
+				}
+				ids = append(ids, page...)
+				if len(page) < unfollowPage {
+					break
+				}
+				before = page[len(page)-1]
 			}
-			ids = append(ids, page...)
-			if len(page) < unfollowPage {
-				break
-			}
-			before = page[len(page)-1]
+		}
+		args := append([]any{followee, f.ttlSeconds(), seen}, int64sToArgs(ids)...)
+		n, err := unfollowScript.Run(ctx, f.rdb, keys, args...).Int()
+		if err != nil {
+			return fmt.Errorf("unfill feed %d: %w", follower, err)
+		}
+		if n >= 0 {
+			return nil
 		}
 	}
-	args := append([]any{followee}, int64sToArgs(ids)...)
-	if err := unfollowScript.Run(ctx, f.rdb, []string{feedKey, f.keys.following(follower)}, args...).Err(); err != nil {
-		return fmt.Errorf("unfill feed %d: %w", follower, err)
+	return f.Drop(ctx, follower)
+}
+
+// lowestEntry tells from which id a followee's posts in a feed may start —
+// its lowest post entry, or 0 when the feed is whole — and the same as the
+// unfollow script takes it ("-" when the feed holds no post).
+func (f *Feeds) lowestEntry(ctx context.Context, feedKey string) (seen string, since int64, err error) {
+	var lowest *redis.ZSliceCmd
+	var whole *redis.FloatCmd
+	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		lowest = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: feedKey, Start: 1, Stop: "+inf", ByScore: true, Count: 1})
+		whole = p.ZScore(ctx, feedKey, wholeMarker)
+		return nil
+	})
+	if err = firstError(cmds, err); err != nil {
+		return "", 0, err
 	}
-	return nil
+	if whole.Err() == nil {
+		return "0", 0, nil // any post of the followee may be there
+	}
+	low := lowest.Val()
+	if len(low) == 0 {
+		return "-", 0, nil
+	}
+	return strconv.FormatInt(int64(low[0].Score), 10), int64(low[0].Score), nil
 }
 
 // unfollowPage is how many post ids an unfollow reads from PostgreSQL at once.

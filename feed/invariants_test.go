@@ -395,3 +395,184 @@ func TestTooManyCelebritiesReadFromPostgreSQL(t *testing.T) {
 	require.Equal(t, posts[:20], ids(mustRead(t, b, 10)))
 	require.Less(t, hook.commands.Load(), int64(60), "Redis commands for one page")
 }
+
+// A second review found four more sequences; each of these failed before
+// its fix.
+
+// gatedBundle is a bundle whose feed rebuilds wait after reading
+// PostgreSQL, one gate each.
+func gatedBundle(t *testing.T, cfg feed.Config, gates ...chan struct{}) (*bundle, *gatedStore) {
+	t.Helper()
+	pool := testenv.NewPool(t)
+	rdb, prefix := testenv.NewRedis(t)
+	db := store.New(pool, nil)
+	if cfg.MaxLen == 0 {
+		cfg.MaxLen = 50
+	}
+	cfg.Prefix = prefix
+	gs := &gatedStore{DB: db, maxLen: cfg.MaxLen, entered: make(chan struct{}, len(gates)), gates: gates}
+	return &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gs, cfg)}, gs
+}
+
+// readAsync reads a page of user's feed in the background.
+func (b *bundle) readAsync(t *testing.T, user int64) chan struct{} {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := b.feeds.Read(context.Background(), user, 0, 20); err != nil {
+			t.Errorf("read: %v", err)
+		}
+	}()
+	return done
+}
+
+// A fan-out that read its followers before an unfollow pushes into the feed
+// while a rebuild that began after the unfollow fills it: the rebuild must
+// not keep the post.
+func TestStalePushDuringARebuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gate := make(chan struct{})
+	b, gs := gatedBundle(t, feed.Config{}, gate)
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	kept := b.post(t, 2)
+	late := b.post(t, 1) // its fan-out read follower 10 before the unfollow
+	b.unfollow(t, 10, 1) // the feed does not exist (never read, or lost)
+	done := b.readAsync(t, 10)
+	<-gs.entered // the rebuild read PostgreSQL, after the unfollow
+	_, err := b.feeds.Push(ctx, 1, late, []int64{10})
+	require.NoError(t, err)
+	close(gate)
+	<-done
+	require.Equal(t, []int64{kept}, b.feedMembers(t, 10))
+	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
+}
+
+// pauseKey marks the context of the call whose script a test holds.
+type pauseKey struct{}
+
+// An unfollow that looked at the feed while a rebuild filled it, and runs its
+// script after the rebuild finished with the followee's posts, must not
+// leave them there.
+func TestUnfollowAcrossARebuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gate := make(chan struct{})
+	b, gs := gatedBundle(t, feed.Config{}, gate)
+	held, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	b.rdb.AddHook(pauseHook{held: held, release: release, once: &once})
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	gone := b.post(t, 1)
+	kept := b.post(t, 2)
+	done := b.readAsync(t, 10)
+	<-gs.entered // the rebuild read PostgreSQL, before the unfollow
+	_, err := b.db.Unfollow(ctx, 10, 1)
+	require.NoError(t, err)
+	unfollowed := make(chan error)
+	go func() { unfollowed <- b.feeds.Unfollowed(context.WithValue(ctx, pauseKey{}, true), 10, 1) }()
+	<-held // the unfollow looked at the feed (its placeholder) and is about to run its script
+	close(gate)
+	<-done // the rebuild finished, with the followee's post
+	close(release)
+	require.NoError(t, <-unfollowed)
+	require.NotContains(t, b.feedMembers(t, 10), gone)
+	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
+}
+
+// pauseHook holds the first script call made with pauseKey in its context.
+type pauseHook struct {
+	held, release chan struct{}
+	once          *sync.Once
+}
+
+func (h pauseHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h pauseHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if n := cmd.Name(); (n == "evalsha" || n == "eval") && ctx.Value(pauseKey{}) != nil {
+			h.once.Do(func() { close(h.held); <-h.release })
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h pauseHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+// backfillGate holds a follow's backfill after it read PostgreSQL.
+type backfillGate struct {
+	*store.DB
+	entered, release chan struct{}
+}
+
+func (s *backfillGate) AuthorPostIDsSince(ctx context.Context, author, since int64, limit int) ([]int64, error) {
+	ids, err := s.DB.AuthorPostIDsSince(ctx, author, since, limit)
+	if ctx.Value(pauseKey{}) != nil {
+		s.entered <- struct{}{}
+		<-s.release
+	}
+	return ids, err
+}
+
+// A post of the new followee committed after the follow read the backfill,
+// and fanned out before the follow merged it, must be in the feed.
+func TestPostFannedOutDuringAFollow(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := testenv.NewPool(t)
+	rdb, prefix := testenv.NewRedis(t)
+	db := store.New(pool, nil)
+	gate := &backfillGate{DB: db, entered: make(chan struct{}), release: make(chan struct{})}
+	b := &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gate, feed.Config{Prefix: prefix, Backfill: 5})}
+	b.follow(t, 10, 1)
+	mine := b.post(t, 1)
+	older := b.post(t, 2)
+	require.Equal(t, []int64{mine}, b.readAll(t, 10, 20), "a whole feed")
+	b.follow(t, 10, 2)
+	followed := make(chan error)
+	go func() {
+		_, err := b.feeds.Followed(context.WithValue(ctx, pauseKey{}, true), 10, 2)
+		followed <- err
+	}()
+	<-gate.entered // the backfill was read
+	newer := b.post(t, 2)
+	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}) // its fan-out sees follower 10
+	require.NoError(t, err)
+	close(gate.release)
+	require.NoError(t, <-followed)
+	require.Equal(t, []int64{newer, older, mine}, b.readAll(t, 10, 20))
+}
+
+// Pushes into a feed under rebuild must not trim it: a post trimmed then is
+// missing above the bound once the rebuild merges its older posts and a
+// delete takes a newer one away.
+func TestPushesDuringARebuildAreNotTrimmed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	gate := make(chan struct{})
+	b, gs := gatedBundle(t, feed.Config{MaxLen: 3}, gate)
+	b.follow(t, 10, 1)
+	old := []int64{b.post(t, 1), b.post(t, 1), b.post(t, 1)}
+	done := b.readAsync(t, 10)
+	<-gs.entered // the rebuild read the three old posts
+	var pushed []int64
+	for range 4 {
+		id := b.post(t, 1)
+		pushed = append(pushed, id)
+		_, err := b.feeds.Push(ctx, 1, id, []int64{10})
+		require.NoError(t, err)
+	}
+	deleted := pushed[3]
+	_, err := b.pg.Exec(ctx, `UPDATE posts SET deleted_at = now() WHERE id = $1`, deleted)
+	require.NoError(t, err)
+	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{deleted}))
+	close(gate)
+	<-done
+	want := slices.Concat(old, pushed[:3])
+	slices.Reverse(want)
+	require.Equal(t, want, b.readAll(t, 10, 2))
+}

@@ -27,10 +27,14 @@
 // now — a field per followee, and "v", a version that every change bumps and
 // whose presence says the hash is complete. It is written by the rebuild from
 // PostgreSQL, in the same script that completes the feed, and changed by the
-// follow and unfollow scripts in the same call that changes the feed. Reads
-// drop every post whose author is not in it: a post that a fan-out wrote
-// after the reader unfollowed its author is never shown, whatever the order
-// of writes. A feed without its hash is rebuilt.
+// follow and unfollow scripts in the same call that changes the feed. The
+// push script adds a post only to the feed of a reader who follows its
+// author by the hash, so a fan-out that read its follower page before an
+// unfollow writes nothing after it. A feed whose hash is missing (it lives
+// feed.active_days from its last rebuild, follow or unfollow, so an active
+// reader's feed is rebuilt about that often) is dropped by the next follow
+// or unfollow, and rebuilt by the next read when celebrities are pulled (the
+// celebrities a reader follows are learned from the hash).
 //
 // Writers push only into feeds that exist, so a feed that Redis lost, or that
 // was never read, costs nothing until its owner reads it and it is rebuilt.

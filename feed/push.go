@@ -16,7 +16,7 @@ func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []in
 	for _, u := range followers {
 		keys = append(keys, f.keys.feed(u), f.keys.following(u))
 	}
-	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID)
+	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID, f.buildTTLSeconds())
 	if err != nil {
 		return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
 	}

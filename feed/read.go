@@ -238,9 +238,11 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []string, sets []s
 
 // readSets reads each sorted set's markers and up to n ids below before in
 // one round trip, and keeps each alive for feed.active_days; keys[0] is the
-// user's feed, complete only with its following hash. withMeta also reads
-// what the first read of a page needs: the following hash's version, the
-// cached celebrity list and the state of the set of pulled authors.
+// user's feed, complete only with its following hash (which lives
+// feed.active_days from its last change: an active reader's feed is rebuilt
+// that often). withMeta also reads what the first read of a page needs when
+// celebrities are pulled: the cached celebrity list and the state of the
+// set of pulled authors.
 func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
 	markers := make([]*redis.FloatCmd, len(keys))
 	wholes := make([]*redis.FloatCmd, len(keys))
@@ -248,8 +250,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 	var version, celebs *redis.StringCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
-	following := f.keys.following(user)
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
 			markers[i] = p.ZScore(ctx, key, completeMarker)
 			wholes[i] = p.ZScore(ctx, key, wholeMarker)
@@ -258,8 +259,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 			})
 			p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
 		}
-		version = p.HGet(ctx, following, versionField)
-		p.Expire(ctx, following, f.cfg.ActiveTTL)
+		version = p.HGet(ctx, f.keys.following(user), versionField)
 		if withMeta && f.cfg.CelebrityThreshold > 0 {
 			celebs = p.Get(ctx, f.keys.celebrities(user))
 			pulledCount = p.SCard(ctx, f.keys.pulled())
@@ -267,7 +267,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err = firstError(cmds, err); err != nil {
 		return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
 	}
 	sets := make([]sourceSet, len(keys))
@@ -290,4 +290,22 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 		meta.pulledComplete = pulledComplete.Val()
 	}
 	return sets, meta, nil
+}
+
+// firstError is the first error of a pipeline that is not redis.Nil (a
+// member or key that is not there): Pipelined returns the first error of
+// any kind, which would hide a real one behind a missing marker.
+func firstError(cmds []redis.Cmder, err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, c := range cmds {
+		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+			return e
+		}
+	}
+	if errors.Is(err, redis.Nil) {
+		return nil
+	}
+	return err
 }

@@ -95,8 +95,8 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		// rebuild's placeholder must go so that it gives up.
 		p.Del(ctx, t.set)
 		p.ZAdd(ctx, t.set, redis.Z{Score: buildingScore, Member: placeholder})
-		// It expires like a feed, should this rebuild never finish.
-		p.Expire(ctx, t.set, f.cfg.ActiveTTL)
+		// It expires soon, should this rebuild never finish.
+		p.Expire(ctx, t.set, time.Duration(f.buildTTLSeconds())*time.Second)
 		return nil
 	}); err != nil {
 		return fmt.Errorf("rebuild %s: %w", t.set, err)
@@ -114,7 +114,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		keys = append(keys, t.following)
 	}
 	args := make([]any, 0, 5+len(data.followees)+len(data.ids))
-	args = append(args, f.cfg.MaxLen, int64(f.cfg.ActiveTTL/time.Second), whole, placeholder, len(data.followees), randomVersion())
+	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, placeholder, len(data.followees), randomVersion())
 	args = append(args, int64sToArgs(data.followees)...)
 	args = append(args, int64sToArgs(data.ids)...)
 	if err := finishRebuildScript.Run(ctx, f.rdb, keys, args...).Err(); err != nil {
@@ -124,7 +124,8 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	return nil
 }
 
-// complete tells whether the set (and its following hash) is complete.
+// complete tells whether the set is complete, by the rule readSets follows:
+// a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	var marker *redis.FloatCmd
 	var version *redis.StringCmd
@@ -141,8 +142,9 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	return marker.Err() == nil && (version == nil || version.Err() == nil), nil
 }
 
-// awaitRebuild waits until another reader's rebuild completed the set, or
-// RebuildWait passed; the caller reads again and checks which.
+// awaitRebuild waits until another reader's rebuild completed the set, gave
+// up (its lock is gone), or RebuildWait passed; the caller reads again and
+// answers from PostgreSQL if the set is still not complete.
 func (f *Feeds) awaitRebuild(ctx context.Context, t rebuildTarget) error {
 	deadline := time.Now().Add(f.cfg.RebuildWait)
 	for time.Now().Before(deadline) {
@@ -153,6 +155,9 @@ func (f *Feeds) awaitRebuild(ctx context.Context, t rebuildTarget) error {
 		}
 		done, err := f.complete(ctx, t)
 		if err != nil || done {
+			return err
+		}
+		if held, err := f.rdb.Exists(ctx, t.lock).Result(); err != nil || held == 0 {
 			return err
 		}
 	}

@@ -48,18 +48,22 @@ end
 `
 
 // pushScript adds one post (ARGV[1]) by ARGV[4] to every set among KEYS
-// that exists, and trims a set back to max_len (ARGV[2]) once it holds
-// ARGV[3] entries more: trimming is most of a push's cost once feeds are
-// full, and reads, which take the newest, never see the difference. A post
-// older than every post of a complete prefix is left out: it would leave a
-// gap above it (reads find it in PostgreSQL); that includes a set holding
-// only its marker.
+// that exists, and trims a complete set back to max_len (ARGV[2]) once it
+// holds ARGV[3] entries more: trimming is most of a push's cost once feeds
+// are full, and reads, which take the newest, never see the difference. A
+// set under rebuild is not trimmed (the rebuild's finish trims it, after
+// merging what it read: a post trimmed before would be missing above the
+// bound). A post older than every post of a complete prefix is left out: it
+// would leave a gap above it (reads find it in PostgreSQL); that includes a
+// set holding only its marker.
 //
 // For feeds (ARGV[4] not empty), KEYS come in pairs: each feed, then its
 // reader's following hash, and a post goes only into the feed of a reader
-// who follows its author now — a fan-out that read its page of followers
-// before an unfollow writes nothing after it. (A feed under rebuild has no
-// hash yet and takes the post; an unfollow during the rebuild drops both.)
+// who follows its author by the hash — a fan-out that read its page of
+// followers before an unfollow writes nothing after it. A feed whose hash is
+// not complete (under rebuild, or lost) takes the post and the hash records
+// its author (field "p<post id>", kept ARGV[5] seconds), so that the
+// rebuild's finish removes it if the reader does not follow the author.
 //
 // One call serves a page of followers, so the cost of running a script is
 // paid once per page instead of once per follower; in a Redis Cluster,
@@ -76,11 +80,22 @@ local added = 0
 for i = 1, #KEYS, step do
   local k = KEYS[i]
   local n = redis.call('ZCARD', k) -- 0: no set (a set holds a marker)
-  if n > 0 and (step == 1 or redis.call('HEXISTS', KEYS[i + 1], author) == 1
-      or redis.call('EXISTS', KEYS[i + 1]) == 0) then
+  local ok = n > 0
+  if ok and step == 2 and redis.call('HEXISTS', KEYS[i + 1], author) == 0 then
+    local fk = KEYS[i + 1]
+    if redis.call('HEXISTS', fk, 'v') == 1 then
+      ok = false -- the reader does not follow the author
+    else
+      redis.call('HSET', fk, 'p' .. id, author)
+      redis.call('EXPIRE', fk, ARGV[5])
+    end
+  end
+  if ok then
     local a = redis.call('ZADD', k, id, id)
     if n > trimAt then
-      redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))
+      if redis.call('ZSCORE', k, '0') then
+        redis.call('ZREMRANGEBYRANK', k, 1, -(maxlen + 1))
+      end
     elseif a == 1 and redis.call('ZRANK', k, id) == 1 and redis.call('ZSCORE', k, '0') then
       -- rank 1 of a complete set: below every post of a prefix ("w"
       -- holds rank 1 of a whole set, so this is never one)
@@ -93,35 +108,45 @@ end
 return added
 `)
 
-// followScript records that the reader follows ARGV[3] in their following
-// hash (KEYS[2]) and merges posts (ARGV[4..]) of the new followee into
-// their feed (KEYS[1]), if the feed exists, then trims it to ARGV[1]
-// entries. When ARGV[2] (the floor) is not 0 the merged posts may not be all
-// the followee's posts down to the feed's bound, so entries older than the
-// floor are dropped first and the floor is the bound from then on (with no
-// posts to merge, the floor is above every post of the followee). Posts
-// below the bound are left out. A feed under rebuild, or without its
-// following hash, is dropped instead: the next read rebuilds it with the
-// new follow. It returns how many posts it added, or -1 when there is no
-// feed (any more).
+// followScript records that the reader follows ARGV[1] in their following
+// hash (KEYS[2]), kept for ARGV[2] seconds more, if their feed (KEYS[1]) is
+// complete: from then on pushes of the followee's posts land in the feed. A
+// feed under rebuild, or without its following hash, is dropped instead:
+// the next read rebuilds it with the new follow. It returns 1 when the feed
+// is there to merge into, 0 when there is none (any more).
 var followScript = redis.NewScript(luaCommon + `
 local k, fk = KEYS[1], KEYS[2]
-if redis.call('EXISTS', k) == 0 then
-  redis.call('DEL', fk)
-  return -1
-end
-if building(k) or redis.call('HEXISTS', fk, 'v') == 0 then
+if redis.call('EXISTS', k) == 0 or building(k) or redis.call('HEXISTS', fk, 'v') == 0 then
   redis.call('DEL', k, fk)
-  return -1
+  return 0
 end
-redis.call('HSET', fk, ARGV[3], 1)
+redis.call('HSET', fk, ARGV[1], 1)
 redis.call('HINCRBY', fk, 'v', 1)
+redis.call('EXPIRE', fk, ARGV[2])
+return 1
+`)
+
+// mergeScript merges posts (ARGV[4..]) of a followee (ARGV[3]) into the
+// reader's feed (KEYS[1]) after followScript, then trims it to ARGV[1]
+// entries; it does nothing if the feed was dropped or the reader unfollowed
+// since (KEYS[2], the following hash, says). When ARGV[2] (the floor) is not
+// 0 the merged posts may not be all the followee's posts down to the feed's
+// bound, so entries older than the floor are dropped first and the floor is
+// the bound from then on (with no posts to merge, the floor is above every
+// post of the followee). Posts below the bound are left out. It returns how
+// many posts it added.
+var mergeScript = redis.NewScript(luaCommon + `
+local k, fk = KEYS[1], KEYS[2]
+if redis.call('EXISTS', k) == 0 or building(k) or redis.call('HEXISTS', fk, 'v') == 0
+    or redis.call('HEXISTS', fk, ARGV[3]) == 0 then
+  return 0
+end
 local bound = nil -- nil: the feed is whole
 if not redis.call('ZSCORE', k, 'w') then
   local low = redis.call('ZRANGEBYSCORE', k, 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   if #low == 0 then -- cannot be: the scripts drop empty prefixes
     redis.call('DEL', k, fk)
-    return -1
+    return 0
   end
   bound = tonumber(low[2])
 end
@@ -138,24 +163,34 @@ for i = 4, #ARGV do
   end
 end
 trim(k, tonumber(ARGV[1]), 0)
-if dropIfEmptyPrefix(k, fk) then return -1 end
+dropIfEmptyPrefix(k, fk)
 return added
 `)
 
-// unfollowScript records that the reader no longer follows ARGV[1] and
-// removes posts (ARGV[2..]) from their feed. A feed under rebuild is dropped
-// instead: the rebuild read PostgreSQL before the unfollow and would put the
-// posts back; the next read rebuilds it without them. So is a feed without
-// its following hash. It returns how many posts it removed.
+// unfollowScript records that the reader no longer follows ARGV[1] (the
+// following hash kept for ARGV[2] seconds more) and removes posts
+// (ARGV[4..]) from their feed: the followee's posts at or above ARGV[3],
+// the lowest entry the caller saw ("-": none), read from PostgreSQL after
+// that. If the feed now holds a post below it (a rebuild finished in
+// between), the ids may not cover the feed: nothing is changed and it
+// returns -1, and the caller looks again. A feed under rebuild is dropped
+// instead: the rebuild read PostgreSQL before the unfollow and would put
+// the posts back; the next read rebuilds it without them. So is a feed
+// without its following hash. It returns how many posts it removed.
 var unfollowScript = redis.NewScript(luaCommon + `
 local k, fk = KEYS[1], KEYS[2]
 if redis.call('EXISTS', k) == 0 or building(k) or redis.call('HEXISTS', fk, 'v') == 0 then
   redis.call('DEL', k, fk)
   return 0
 end
+local low = redis.call('ZRANGEBYSCORE', k, 1, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+if #low > 0 and (ARGV[3] == '-' or tonumber(low[2]) < tonumber(ARGV[3])) then
+  return -1
+end
 redis.call('HDEL', fk, ARGV[1])
 redis.call('HINCRBY', fk, 'v', 1)
-local removed = zremMany(k, ARGV, 2)
+redis.call('EXPIRE', fk, ARGV[2])
+local removed = zremMany(k, ARGV, 4)
 dropIfEmptyPrefix(k, fk)
 return removed
 `)
@@ -179,10 +214,12 @@ return removed
 // replaces every placeholder with the complete marker — and "w" when ARGV[3]
 // is 1: the posts are the whole history —, trims to ARGV[1] and lets the set
 // expire after ARGV[2] seconds without reads. For a feed, KEYS[2] is the
-// reader's following hash, written anew with version ARGV[6] (random, so
-// that no version of a hash is ever seen twice) and the ARGV[5] followee ids
-// that follow; the post ids come last. It returns 1 when the set is complete now,
-// 0 when the rebuild gave up.
+// reader's following hash: the posts pushed meanwhile whose author it
+// recorded ("p<id>") go unless the reader follows the author, and it is
+// written anew with version ARGV[6] (random, so that no version of a hash is
+// ever seen twice) and the ARGV[5] followee ids that follow; the post ids
+// come last. It returns 1 when the set is complete now, 0 when the rebuild
+// gave up.
 var finishRebuildScript = redis.NewScript(luaCommon + `
 local k = KEYS[1]
 if not redis.call('ZSCORE', k, ARGV[4]) then return 0 end
@@ -190,13 +227,18 @@ local nFollowees = tonumber(ARGV[5])
 for i = 7 + nFollowees, #ARGV do
   redis.call('ZADD', k, ARGV[i], ARGV[i])
 end
-redis.call('ZREMRANGEBYSCORE', k, -1, -1)
-redis.call('ZADD', k, 0, '0')
-if ARGV[3] == '1' then redis.call('ZADD', k, 0.5, 'w') end
-trim(k, tonumber(ARGV[1]), 0)
-redis.call('EXPIRE', k, ARGV[2])
 if #KEYS > 1 then
   local fk = KEYS[2]
+  if redis.call('HEXISTS', fk, 'v') == 0 then
+    local followed = {}
+    for i = 7, 6 + nFollowees do followed[ARGV[i]] = true end
+    local fields = redis.call('HGETALL', fk)
+    for j = 1, #fields, 2 do
+      if string.sub(fields[j], 1, 1) == 'p' and not followed[fields[j + 1]] then
+        redis.call('ZREM', k, string.sub(fields[j], 2))
+      end
+    end
+  end
   redis.call('DEL', fk)
   redis.call('HSET', fk, 'v', ARGV[6])
   for i = 7, 6 + nFollowees do
@@ -204,6 +246,11 @@ if #KEYS > 1 then
   end
   redis.call('EXPIRE', fk, ARGV[2])
 end
+redis.call('ZREMRANGEBYSCORE', k, -1, -1)
+redis.call('ZADD', k, 0, '0')
+if ARGV[3] == '1' then redis.call('ZADD', k, 0.5, 'w') end
+trim(k, tonumber(ARGV[1]), 0)
+redis.call('EXPIRE', k, ARGV[2])
 return 1
 `)
 
