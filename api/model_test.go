@@ -13,6 +13,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,14 +46,14 @@ import (
 // Every seed is a subtest of its own, run with rapid (which shrinks a
 // failing sequence and prints it with the seed). Reproduce a failure with
 // `go test ./api -run TestFeedModel -rapid.seed=N`; run longer with
-// NEWSFEED_MODEL_CHECKS (checks per seed, default 30; 4 under -race,
+// NEWSFEED_MODEL_CHECKS (checks per seed, default 35; 4 under -race,
 // which `make test` follows with a full run without it).
 func TestFeedModel(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("model-based test: not in -short")
 	}
-	checks := 30
+	checks := 35
 	if raceDetector {
 		checks = 4
 	}
@@ -73,19 +74,25 @@ func TestFeedModel(t *testing.T) {
 	mustSet("rapid.steps", "25")
 	mustSet("rapid.nofailfile", "true")
 	var steps atomic.Int64
+	t.Cleanup(func() { t.Logf("%d steps over %d seeds", steps.Load(), len(seeds)) })
+	// rapid reads its seed from a flag when a check begins: the seeds take
+	// turns setting it, and run side by side from their first step on.
+	var starting sync.Mutex
 	for _, seed := range seeds {
-		// rapid reads its seed from a flag; the subtests run one after
-		// another so each sees its own.
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) {
-			mustSet("rapid.seed", strconv.FormatUint(seed, 10))
+			t.Parallel()
 			env := newModelEnv(t)
+			starting.Lock()
+			var started sync.Once
+			mustSet("rapid.seed", strconv.FormatUint(seed, 10))
 			rapid.Check(t, func(rt *rapid.T) {
+				started.Do(starting.Unlock)
 				m := env.newModel(rt)
 				rt.Repeat(m.actions(&steps))
 			})
+			started.Do(starting.Unlock) // a check that failed before its first step
 		})
 	}
-	t.Logf("%d steps over %d seeds", steps.Load(), len(seeds))
 }
 
 // modelEnv is what the checks of one seed share: a database of their own and
