@@ -16,8 +16,12 @@ test: services ## every test, with the race detector, against the real servers; 
 model: services ## the model-based feed test alone, longer: make model CHECKS=200
 	NEWSFEED_MODEL_CHECKS=$(or $(CHECKS),100) go test -count=1 -timeout 60m -run '^TestFeedModel$$' -v ./api/
 
-build:
-	go build -o $(BIN) .
+# What `newsfeed version` prints; outside a git checkout, "dev" and "unknown".
+VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+
+build: ## the binary, bin/newsfeed
+	go build -ldflags "-X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(BIN) .
 
 services: ## start (or install) PostgreSQL and Redis
 	@scripts/services.sh

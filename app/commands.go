@@ -58,7 +58,11 @@ func NewRootCommand(assets Assets) *cobra.Command {
 		tokenCommand(load),
 		outboxCommand(load),
 		benchCommand(load, assets),
+		versionCommand(),
 	)
+	// --version prints the same line as the version command.
+	root.Version = ReadBuildInfo().String()
+	root.SetVersionTemplate("{{.Version}}\n")
 	return root
 }
 

@@ -7,8 +7,9 @@ import (
 	"strconv"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"github.com/schollz/progressbar/v3"
+
+	"github.com/newsfeed/newsfeed/feed"
 )
 
 // The synthetic graph. Every author's followers are users FollowerBase,
@@ -149,14 +150,15 @@ func (r *runner) seed(ctx context.Context) error {
 	for i := 0; i < awayFollowers; i += 2 {
 		users = append(users, int64(awayBase+i))
 	}
+	// Complete, whole (empty) feeds with their following hashes, as a
+	// first read leaves them.
+	seeder := feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix})
 	bar = newBar(r.progress, len(users), "build feeds   ")
 	for start := 0; start < len(users); start += 5000 {
-		_, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, u := range users[start:min(start+5000, len(users))] {
-				p.ZAdd(ctx, r.feedKey(u), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"}) // complete: the whole (empty) history
-			}
-			return nil
-		})
+		readers, err := r.db.FolloweesOf(ctx, users[start:min(start+5000, len(users))])
+		if err == nil {
+			err = seeder.SeedEmpty(ctx, readers)
+		}
 		if err != nil {
 			return fmt.Errorf("build feeds: %w", err)
 		}

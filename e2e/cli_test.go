@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -131,4 +132,22 @@ func TestMigrate(t *testing.T) {
 	_, stderr, code := runIn(t, t.TempDir(), env, "migrate")
 	require.Zero(t, code, stderr)
 	require.Contains(t, stderr, "schema applied")
+}
+
+// TestVersion: `newsfeed version` and `newsfeed --version` print the version,
+// the commit and the Go version, alone on stdout, with no configuration.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	var lines []string
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		stdout, stderr, code := runIn(t, dir, nil, args...)
+		require.Zero(t, code, stderr)
+		require.Empty(t, stderr)
+		require.Regexp(t, `^newsfeed \S+ \(commit \S+, go1\.\d+`, stdout, args)
+		require.Contains(t, stdout, runtime.Version())
+		require.Equal(t, 1, strings.Count(stdout, "\n"), "one line")
+		lines = append(lines, stdout)
+	}
+	require.Equal(t, lines[0], lines[1], "the command and the flag agree")
 }

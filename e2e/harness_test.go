@@ -33,7 +33,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/store"
 )
 
 var binary string
@@ -427,20 +429,15 @@ func (c *cluster) feedKey(user int64) string {
 }
 
 // markFeedsBuilt puts users in the state of readers whose (empty) feed is in
-// Redis — as after their first read — without 1 request per user. It writes
-// the feed's complete marker, the one internal detail these tests rely on.
+// Redis — as after their first read — without 1 request per user: the feed
+// package writes the feeds and the following hashes from the follows in
+// PostgreSQL.
 func (c *cluster) markFeedsBuilt(users []int64) {
 	c.t.Helper()
-	rdb := c.redis()
 	ctx := context.Background()
-	for start := 0; start < len(users); start += 1000 {
-		pipe := rdb.Pipeline()
-		for _, u := range users[start:min(start+1000, len(users))] {
-			pipe.ZAdd(ctx, c.feedKey(u), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"}) // complete: the whole (empty) history
-		}
-		_, err := pipe.Exec(ctx)
-		require.NoError(c.t, err)
-	}
+	readers, err := store.New(c.pool, nil).FolloweesOf(ctx, users)
+	require.NoError(c.t, err)
+	require.NoError(c.t, feed.New(c.redis(), nil, feed.Config{Prefix: c.prefix}).SeedEmpty(ctx, readers))
 }
 
 // feedsHolding returns how many of users have postID in their feed in Redis

@@ -235,3 +235,28 @@ func TestRedisDown(t *testing.T) {
 	require.ErrorContains(t, f.AddToTimeline(ctx, 1, 1), "timeline 1")
 	require.ErrorContains(t, f.RemoveFromTimeline(ctx, 1, 1), "timeline 1")
 }
+
+// SeedEmpty leaves readers as their first read would: complete, whole, empty
+// feeds that take their followees' posts and no one else's.
+func TestSeedEmpty(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	b.follow(t, 11, 2)
+	readers, err := b.db.FolloweesOf(ctx, []int64{10, 11, 12})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, readers[10])
+	require.Equal(t, []int64{2}, readers[11])
+	require.Contains(t, readers, int64(12))
+	require.Empty(t, readers[12])
+	require.NoError(t, b.feeds.SeedEmpty(ctx, readers))
+	reads := b.store.reads.Load()
+	require.Empty(t, b.readAll(t, 12, 20))
+	require.Equal(t, reads, b.store.reads.Load(), "a seeded feed is read from Redis alone")
+	id := b.post(t, 1)
+	n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12})
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only reader 10 follows author 1")
+	require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
+}

@@ -51,3 +51,25 @@ ORDER BY id DESC LIMIT $4`, authorID, since, before, limit)
 	}
 	return ids, nil
 }
+
+// FolloweesOf returns whom each of users follows (an empty list for those who
+// follow nobody), in one query: what seeding many readers' feeds needs.
+func (db *DB) FolloweesOf(ctx context.Context, users []int64) (map[int64][]int64, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT u, COALESCE(array_agg(f.followee_id) FILTER (WHERE f.followee_id IS NOT NULL), '{}')
+FROM unnest($1::bigint[]) AS u LEFT JOIN follows f ON f.follower_id = u
+GROUP BY u`, users)
+	if err != nil {
+		return nil, fmt.Errorf("followees of users: %w", err)
+	}
+	out := make(map[int64][]int64, len(users))
+	var u int64
+	var followees []int64
+	if _, err := pgx.ForEachRow(rows, []any{&u, &followees}, func() error {
+		out[u] = append([]int64(nil), followees...)
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("followees of users: %w", err)
+	}
+	return out, nil
+}
