@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"fmt"
+	"io"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strconv"
 	"time"
@@ -58,14 +61,47 @@ func requestMetrics(reg prometheus.Registerer) echo.MiddlewareFunc {
 
 // limitBody refuses any request whose body is over MaxBodyBytes on every
 // route, whether or not its handler reads a body: by its Content-Length up
-// front, and while reading for bodies sent without one.
+// front, and a body sent without one (chunked) is read here, bounded, so
+// that routes that read no body refuse an oversized one too.
 func limitBody(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if r.ContentLength > MaxBodyBytes {
 			return errTooLarge
 		}
+		if r.ContentLength < 0 {
+			body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+			switch {
+			case len(body) > MaxBodyBytes:
+				return errTooLarge
+			case err != nil:
+				return invalidArgument("the request body could not be read")
+			}
+			r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+		}
 		r.Body = http.MaxBytesReader(c.Response(), r.Body, MaxBodyBytes+1)
+		return next(c)
+	}
+}
+
+// strictQuery refuses an API request whose query string does not parse, or
+// that gives limit or cursor more than once: echo's QueryParam would drop
+// the bad pair, or take the first, and a client's bug would read as success.
+func strictQuery(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		if r.URL.RawQuery == "" {
+			return next(c)
+		}
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			return invalidArgument("the query string does not parse: " + err.Error())
+		}
+		for _, name := range []string{"limit", "cursor"} {
+			if len(q[name]) > 1 {
+				return invalidArgument(name + " is given more than once")
+			}
+		}
 		return next(c)
 	}
 }

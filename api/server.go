@@ -96,16 +96,17 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 
 	// Authentication is per route, not on the group: a group middleware makes
 	// echo add catch-all routes that would answer 404 for a wrong method.
+	// The query string is checked after authentication, like all input.
 	auth := authenticate(cfg.Secret)
-	e.POST("/v1/posts", s.createPost, auth)
-	e.GET("/v1/posts/:id", s.getPost, auth)
-	e.DELETE("/v1/posts/:id", s.deletePost, auth)
-	e.PUT("/v1/following/:user_id", s.follow, auth)
-	e.DELETE("/v1/following/:user_id", s.unfollow, auth)
-	e.GET("/v1/users/:id/followers", s.followers, auth)
-	e.GET("/v1/users/:id/following", s.following, auth)
-	e.GET("/v1/users/:id/posts", s.userPosts, auth)
-	e.GET("/v1/feed", s.homeFeed, auth)
+	e.POST("/v1/posts", s.createPost, auth, strictQuery)
+	e.GET("/v1/posts/:id", s.getPost, auth, strictQuery)
+	e.DELETE("/v1/posts/:id", s.deletePost, auth, strictQuery)
+	e.PUT("/v1/following/:user_id", s.follow, auth, strictQuery)
+	e.DELETE("/v1/following/:user_id", s.unfollow, auth, strictQuery)
+	e.GET("/v1/users/:id/followers", s.followers, auth, strictQuery)
+	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
+	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
+	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
 	return e
 }
 
