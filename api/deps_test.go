@@ -42,7 +42,7 @@ func TestDependencyDown(t *testing.T) {
 			return b.count(t, "outbox", "event_type = $1 AND status = 'pending'", eventType)
 		}
 
-		requireError(t, b.get(t, 1, "/v1/feed"), http.StatusServiceUnavailable, "unavailable")
+		requireError(t, b.get(t, 1, "/v1/feed"), http.StatusServiceUnavailable, "unavailable") // no fallback configured
 
 		p := b.createPost(t, 2, "still here")
 		require.Equal(t, http.StatusOK, b.get(t, 1, postPath(p.ID)).status)
@@ -54,10 +54,25 @@ func TestDependencyDown(t *testing.T) {
 
 		b.follow(t, 1, 2)
 		require.Equal(t, 1, events("follow.created"))
+		b.follow(t, 1, 3)
+		require.Equal(t, http.StatusNoContent, b.del(t, 1, "/v1/following/3").status, "an unfollow stands on PostgreSQL alone")
+		require.Equal(t, 1, events("follow.deleted"))
 
 		require.Equal(t, []int64{p.ID}, postIDs(page[apiPost](t, b, 1, "/v1/users/2/posts").Items))
 		require.Equal(t, []int64{2}, followIDs(page[apiFollow](t, b, 1, "/v1/users/1/following").Items))
 		require.Equal(t, []int64{1}, followIDs(page[apiFollow](t, b, 1, "/v1/users/2/followers").Items))
+
+		// Feed reads: 503 without a fallback, the page from PostgreSQL with one.
+		withTruth := httptest.NewServer(api.New(db, db, feeds, api.Config{Secret: testSecret, Truth: db}))
+		t.Cleanup(withTruth.Close)
+		fb := &testBundle{pool: pool, db: db, srv: withTruth, secret: testSecret}
+		older := b.createPost(t, 2, "older")
+		first := page[apiPost](t, fb, 1, "/v1/feed?limit=1")
+		require.Equal(t, []int64{older.ID}, postIDs(first.Items))
+		require.NotNil(t, first.NextCursor)
+		rest := page[apiPost](t, fb, 1, "/v1/feed?limit=5&cursor="+*first.NextCursor)
+		require.Equal(t, []int64{p.ID}, postIDs(rest.Items), "paged on, the deleted post left out")
+		require.Nil(t, rest.NextCursor)
 	})
 
 	// PostgreSQL down: every route answers 503 unavailable, and nothing is

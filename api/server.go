@@ -5,7 +5,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
@@ -55,6 +54,13 @@ type Config struct {
 	OutboxWrittenFunc func()
 	// Ops serves /metrics, /healthz and /readyz beside the API.
 	Ops http.Handler
+	// FallbackConcurrency bounds the feed reads served from PostgreSQL at
+	// once while Redis does not answer (feed.fallback_concurrency); beyond
+	// it a read answers 503. Defaults to 16.
+	FallbackConcurrency int
+	// Truth reads home feeds from PostgreSQL when Redis cannot; nil: no
+	// fallback, a read answers 503.
+	Truth TruthReader
 	// Registerer receives the HTTP request histogram. Defaults to none.
 	Registerer prometheus.Registerer
 	// Logger defaults to a no-op logger.
@@ -63,11 +69,12 @@ type Config struct {
 
 // Server holds the handlers.
 type Server struct {
-	posts Posts
-	graph Graph
-	feeds Feeds
-	cfg   Config
-	log   *zap.Logger
+	posts    Posts
+	graph    Graph
+	feeds    Feeds
+	fallback *feedFallback
+	cfg      Config
+	log      *zap.Logger
 }
 
 // New builds the echo instance serving the API.
@@ -81,7 +88,13 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	if cfg.OutboxWrittenFunc == nil {
 		cfg.OutboxWrittenFunc = func() {}
 	}
+	if cfg.FallbackConcurrency <= 0 {
+		cfg.FallbackConcurrency = 16
+	}
 	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
+	if cfg.Truth != nil {
+		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer, cfg.Logger)
+	}
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
@@ -215,10 +228,14 @@ func (s *Server) unfollow(c echo.Context) error {
 	// The followee's posts leave the feed before this answers — also when
 	// the edge was gone already, so that a retry after a failed clean-up
 	// cleans. If it fails, drop the feed: the next read rebuilds it from
-	// PostgreSQL; if that fails too, Redis is down and the client retries.
+	// PostgreSQL. If that fails too, Redis is down: the unfollow stands on
+	// PostgreSQL alone (a 503 now would say it failed), reads fall back to
+	// PostgreSQL, and the follow.deleted event cleans the feed once Redis
+	// answers.
 	if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
-		if err := s.feeds.Drop(ctx, me); err != nil {
-			return fmt.Errorf("unfollow: clean feed: %w", err)
+		if derr := s.feeds.Drop(ctx, me); derr != nil {
+			s.log.Warn("cannot clean the feed after an unfollow while Redis is down; its event will",
+				zap.Int64("user_id", me), zap.Error(derr))
 		}
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -276,8 +293,16 @@ func (s *Server) homeFeed(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := s.feeds.Read(c.Request().Context(), userID(c), before, limit)
-	if err != nil {
+	ctx := c.Request().Context()
+	p, err := s.feeds.Read(ctx, userID(c), before, limit)
+	switch {
+	case err == nil && s.fallback != nil:
+		s.fallback.recovered()
+	case err != nil && s.fallback != nil && ctx.Err() == nil:
+		if p, err = s.fallback.read(ctx, userID(c), before, limit, err); err != nil {
+			return err
+		}
+	case err != nil:
 		return err
 	}
 	return c.JSON(http.StatusOK, postPage(p, limit))

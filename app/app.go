@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -62,8 +63,11 @@ type System struct {
 }
 
 // Open connects to PostgreSQL and Redis, retrying for database.connect_wait,
-// and builds the shared services. Close releases them.
-func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
+// and builds the shared services. Close releases them. For a process that
+// serves the API (roles include RoleServe), Redis unreachable at start is
+// logged and the process starts anyway: writes need PostgreSQL alone, feed
+// reads fall back to it, and the roles that need Redis retry until it answers.
+func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*System, error) {
 	s := &System{Config: cfg, Log: log}
 	ok := false
 	defer func() {
@@ -91,7 +95,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger) (*System, error) {
 		s.closers = append(s.closers, read.Close)
 	}
 
-	rdb, err := connectRedis(ctx, cfg, log)
+	rdb, err := connectRedis(ctx, cfg, log, slices.Contains(roles, RoleServe))
 	if err != nil {
 		return nil, err
 	}
@@ -139,7 +143,7 @@ type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
 
-func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.UniversalClient, error) {
+func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bool) (redis.UniversalClient, error) {
 	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
 	var rdb redis.UniversalClient
 	poolSize := cfg.Fanout.Concurrency + 32 // one per in-flight ticket, plus readers and the API
@@ -164,6 +168,11 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger) (redis.Univ
 		err := rdb.Ping(pingCtx).Err()
 		cancel()
 		if err == nil {
+			return rdb, nil
+		}
+		if optional && ctx.Err() == nil {
+			log.Warn("Redis does not answer; starting without it: writes go to PostgreSQL alone, feed reads too, until it does",
+				zap.String("key", "redis.url"), zap.Error(err))
 			return rdb, nil
 		}
 		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
@@ -259,9 +268,12 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			Secret:            secret,
 			MaxChars:          cfg.Posts.MaxChars,
 			OutboxWrittenFunc: outboxWritten,
-			Ops:               s.opsHandler(),
-			Registerer:        s.registry,
-			Logger:            s.Log.Named("api"),
+			Truth:             s.Store,
+			// Feed reads while Redis is down: PostgreSQL, bounded.
+			FallbackConcurrency: cfg.Feed.FallbackConcurrency,
+			Ops:                 s.opsHandler(),
+			Registerer:          s.registry,
+			Logger:              s.Log.Named("api"),
 		})
 		if err := s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e); err != nil {
 			return err

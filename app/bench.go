@@ -196,7 +196,7 @@ func connectExternal(ctx context.Context, cfg *Config, apiURL string) (bench.Har
 	if err != nil {
 		return bench.Harness{}, nil, fmt.Errorf("database.url: %w", err)
 	}
-	rdb, err := connectRedis(ctx, cfg, zap.NewNop())
+	rdb, err := connectRedis(ctx, cfg, zap.NewNop(), false)
 	if err != nil {
 		pool.Close()
 		return bench.Harness{}, nil, err

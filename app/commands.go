@@ -109,7 +109,7 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 					return stoppedOr(ctx, err)
 				}
 			}
-			sys, err := Open(ctx, cfg, log)
+			sys, err := Open(ctx, cfg, log, roles...)
 			if err != nil {
 				return stoppedOr(ctx, err)
 			}

@@ -72,6 +72,10 @@ type Config struct {
 		// ActiveDays: a feed not read for this many days leaves Redis, fan-out
 		// skips its owner, and the next read rebuilds it. Defaults to 30.
 		ActiveDays int `koanf:"active_days"`
+		// FallbackConcurrency bounds the feed reads one serve process sends
+		// to PostgreSQL at once while Redis does not answer; beyond it a read
+		// answers 503. Defaults to 16.
+		FallbackConcurrency int `koanf:"fallback_concurrency"`
 	} `koanf:"feed"`
 	Fanout struct {
 		// ChunkSize is followers per unit of fan-out work. Defaults to 5000.
@@ -149,6 +153,7 @@ var defaults = map[string]any{
 	"feed.max_len":               800,
 	"feed.backfill":              50,
 	"feed.rebuild_wait":          "5s",
+	"feed.fallback_concurrency":  16,
 	"feed.active_days":           30,
 	"fanout.chunk_size":          5000,
 	"fanout.page_size":           1000,
@@ -268,6 +273,7 @@ func (c *Config) validate() error {
 	positive("posts.max_chars", c.Posts.MaxChars)
 	positive("feed.max_len", c.Feed.MaxLen)
 	positive("feed.active_days", c.Feed.ActiveDays)
+	positive("feed.fallback_concurrency", c.Feed.FallbackConcurrency)
 	if c.Feed.Backfill < 0 {
 		errs = append(errs, fmt.Errorf("config key feed.backfill must not be negative, got %d", c.Feed.Backfill))
 	}
