@@ -201,22 +201,12 @@ func TestRebuildThatOutlivedItsLockGivesUp(t *testing.T) {
 	gone := b.post(t, 1)
 	kept := b.post(t, 2)
 
-	read := func() chan struct{} {
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			if _, err := b.feeds.Read(ctx, 10, 0, 20); err != nil {
-				t.Errorf("read: %v", err)
-			}
-		}()
-		return done
-	}
-	firstRead := read()
+	firstRead := b.readAsync(t, 10)
 	<-gs.entered // the first rebuild read PostgreSQL: both posts
 	b.unfollow(t, 10, 1)
 	// Its lock runs out; the next reader rebuilds, after the unfollow.
 	require.NoError(t, rdb.Del(ctx, prefix+"feedlock:{10}").Err())
-	secondRead := read()
+	secondRead := b.readAsync(t, 10)
 	<-gs.entered
 	close(first) // the first rebuild finishes now, late…
 	<-firstRead

@@ -10,46 +10,22 @@ import (
 // Followees returns everyone followerID follows, in no particular order:
 // what a feed rebuild writes into the reader's following hash.
 func (db *DB) Followees(ctx context.Context, followerID int64) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `SELECT followee_id FROM follows WHERE follower_id = $1`, followerID)
-	if err != nil {
-		return nil, fmt.Errorf("followees: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("followees: %w", err)
-	}
-	return ids, nil
+	return db.queryIDs(ctx, "followees", `SELECT followee_id FROM follows WHERE follower_id = $1`, followerID)
 }
 
 // PulledAuthors returns the authors whose posts were ever pulled into feeds
 // at read time instead of fanned out (celebrities, now or before).
 func (db *DB) PulledAuthors(ctx context.Context) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `SELECT user_id FROM follower_counts WHERE pulled`)
-	if err != nil {
-		return nil, fmt.Errorf("pulled authors: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("pulled authors: %w", err)
-	}
-	return ids, nil
+	return db.queryIDs(ctx, "pulled authors", `SELECT user_id FROM follower_counts WHERE pulled`)
 }
 
 // AuthorPostIDsBetween returns the ids of the author's live posts with
 // since <= id < before, newest first, at most limit: one page of what an
 // unfollow removes from a feed.
 func (db *DB) AuthorPostIDsBetween(ctx context.Context, authorID, since, before int64, limit int) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `
+	return db.queryIDs(ctx, "author post ids", `
 SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND id < $3 AND deleted_at IS NULL
 ORDER BY id DESC LIMIT $4`, authorID, since, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("author post ids: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("author post ids: %w", err)
-	}
-	return ids, nil
 }
 
 // FolloweesOf returns whom each of users follows (an empty list for those who

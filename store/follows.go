@@ -136,17 +136,9 @@ func (db *DB) FollowerIDs(ctx context.Context, authorID, after int64, limit int)
 // It reads the primary: a replica that lags could miss a follower whose
 // follow event already ran, and their feed would never get the post.
 func (db *DB) FollowerIDRange(ctx context.Context, authorID, after, until int64, limit int) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `
+	return db.queryIDs(ctx, "follower ids", `
 SELECT follower_id FROM follows WHERE followee_id = $1 AND follower_id > $2 AND follower_id <= $3
 ORDER BY follower_id LIMIT $4`, authorID, after, until, limit)
-	if err != nil {
-		return nil, fmt.Errorf("follower ids: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("follower ids: %w", err)
-	}
-	return ids, nil
 }
 
 // FollowerCount returns how many followers userID has, from the maintained count.
@@ -183,15 +175,7 @@ func (db *DB) MarkPulled(ctx context.Context, userID int64) error {
 // CelebrityFollowees returns whom followerID follows among the authors with
 // more than threshold followers, or whose posts were ever pulled.
 func (db *DB) CelebrityFollowees(ctx context.Context, followerID, threshold int64) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `
+	return db.queryIDs(ctx, "celebrity followees", `
 SELECT f.followee_id FROM follows f JOIN follower_counts c ON c.user_id = f.followee_id
 WHERE f.follower_id = $1 AND (c.followers > $2 OR c.pulled)`, followerID, threshold)
-	if err != nil {
-		return nil, fmt.Errorf("celebrity followees: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("celebrity followees: %w", err)
-	}
-	return ids, nil
 }

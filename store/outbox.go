@@ -189,19 +189,11 @@ FROM outbox WHERE status IN ('pending', 'publishing', 'published', 'dead')`).
 // boundary k-1 up to boundary k, and the last chunk those above the last
 // boundary. One index-only pass over the author's followers.
 func (db *DB) ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `
+	return db.queryIDs(ctx, "chunk boundaries", `
 SELECT follower_id FROM (
     SELECT follower_id, row_number() OVER (ORDER BY follower_id) AS rn
     FROM follows WHERE followee_id = $1
 ) t WHERE rn % $2 = 0 ORDER BY follower_id`, authorID, size)
-	if err != nil {
-		return nil, fmt.Errorf("chunk boundaries: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("chunk boundaries: %w", err)
-	}
-	return ids, nil
 }
 
 // SplitFanout writes one fanout.chunk row per chunk of the parent event's

@@ -166,17 +166,9 @@ ORDER BY p.id DESC LIMIT $3`, followerID, before, limit)
 // id >= since, newest first, at most limit: what a follow or an unfollow must
 // add to or remove from one feed.
 func (db *DB) AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error) {
-	rows, err := db.primary.Query(ctx, `
+	return db.queryIDs(ctx, "author post ids", `
 SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND deleted_at IS NULL
 ORDER BY id DESC LIMIT $3`, authorID, since, limit)
-	if err != nil {
-		return nil, fmt.Errorf("author post ids: %w", err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("author post ids: %w", err)
-	}
-	return ids, nil
 }
 
 func scanPost(row pgx.Row) (feed.Post, error) {

@@ -150,3 +150,17 @@ func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
 	}
 	return nil
 }
+
+// queryIDs runs a query of one bigint column on the primary and returns the
+// column; errors are wrapped with what the query is for.
+func (db *DB) queryIDs(ctx context.Context, what, sql string, args ...any) ([]int64, error) {
+	rows, err := db.primary.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return ids, nil
+}
