@@ -55,12 +55,21 @@ type bundle struct {
 
 func setup(t *testing.T, cfg feed.Config) *bundle {
 	t.Helper()
+	var cs *countingStore
+	b := setupOn(t, cfg, func(db *store.DB) feed.Store { cs = &countingStore{DB: db}; return cs })
+	b.store = cs
+	return b
+}
+
+// setupOn is setup with the feeds reading the real store through wrap: a
+// test's own gates or counters around some of its methods.
+func setupOn(t *testing.T, cfg feed.Config, wrap func(*store.DB) feed.Store) *bundle {
+	t.Helper()
 	pool := testenv.NewPool(t)
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
-	cs := &countingStore{DB: db}
 	cfg.Prefix = prefix
-	return &bundle{pg: pool, db: db, store: cs, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, cs, cfg)}
+	return &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, wrap(db), cfg)}
 }
 
 func (b *bundle) post(t *testing.T, author int64) int64 {

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -103,12 +102,9 @@ func (b *bundle) unfollow(t *testing.T, follower, followee int64) {
 func TestUnfollowOfAFeedOfNineThousand(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	db := store.New(pool, nil)
-	b := &bundle{db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, db, feed.Config{Prefix: prefix, MaxLen: 9000})}
+	b := setupOn(t, feed.Config{MaxLen: 9000}, func(db *store.DB) feed.Store { return db })
 	b.follow(t, 10, 1)
-	_, err := pool.Exec(ctx, `INSERT INTO posts (author_id, body) SELECT 1, 'x' FROM generate_series(1, 9000)`)
+	_, err := b.pg.Exec(ctx, `INSERT INTO posts (author_id, body) SELECT 1, 'x' FROM generate_series(1, 9000)`)
 	require.NoError(t, err)
 	page, err := b.feeds.Read(ctx, 10, 0, 1)
 	require.NoError(t, err)
@@ -190,12 +186,8 @@ func (s *gatedStore) FolloweePosts(ctx context.Context, follower, before int64, 
 func TestRebuildThatOutlivedItsLockGivesUp(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	db := store.New(pool, nil)
 	first, second := make(chan struct{}), make(chan struct{})
-	gs := &gatedStore{DB: db, maxLen: 50, entered: make(chan struct{}), gates: []chan struct{}{first, second}}
-	b := &bundle{db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gs, feed.Config{Prefix: prefix, MaxLen: 50})}
+	b, gs := gatedBundle(t, feed.Config{MaxLen: 50}, first, second)
 	b.follow(t, 10, 1)
 	b.follow(t, 10, 2)
 	gone := b.post(t, 1)
@@ -205,7 +197,7 @@ func TestRebuildThatOutlivedItsLockGivesUp(t *testing.T) {
 	<-gs.entered // the first rebuild read PostgreSQL: both posts
 	b.unfollow(t, 10, 1)
 	// Its lock runs out; the next reader rebuilds, after the unfollow.
-	require.NoError(t, rdb.Del(ctx, prefix+"feedlock:{10}").Err())
+	require.NoError(t, b.rdb.Del(ctx, b.prefix+"feedlock:{10}").Err())
 	secondRead := b.readAsync(t, 10)
 	<-gs.entered
 	close(first) // the first rebuild finishes now, late…
@@ -222,18 +214,18 @@ func TestRebuildThatOutlivedItsLockGivesUp(t *testing.T) {
 func TestConcurrentReadsRebuildOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	db := store.New(pool, nil)
-	lock := prefix + "feedlock:{10}"
+	var gs *gatedStore
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store {
+		gs = &gatedStore{DB: db, maxLen: 800, entered: make(chan struct{}, 8), release: make(chan struct{})}
+		return gs
+	})
+	lock := b.prefix + "feedlock:{10}"
 	var lockTries atomic.Int64
-	rdb.AddHook(&redisHook{before: func(cmd redis.Cmder) {
+	b.rdb.AddHook(&redisHook{before: func(cmd redis.Cmder) {
 		if cmd.Name() == "set" && names(cmd, lock) {
 			lockTries.Add(1)
 		}
 	}})
-	gs := &gatedStore{DB: db, maxLen: 800, entered: make(chan struct{}, 8), release: make(chan struct{})}
-	b := &bundle{db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gs, feed.Config{Prefix: prefix})}
 	b.follow(t, 10, 1)
 	want := []int64{b.post(t, 1), b.post(t, 1)}
 	slices.Reverse(want)
@@ -393,15 +385,15 @@ func TestTooManyCelebritiesReadFromPostgreSQL(t *testing.T) {
 // PostgreSQL, one gate each.
 func gatedBundle(t *testing.T, cfg feed.Config, gates ...chan struct{}) (*bundle, *gatedStore) {
 	t.Helper()
-	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	db := store.New(pool, nil)
 	if cfg.MaxLen == 0 {
 		cfg.MaxLen = 50
 	}
-	cfg.Prefix = prefix
-	gs := &gatedStore{DB: db, maxLen: cfg.MaxLen, entered: make(chan struct{}, len(gates)), gates: gates}
-	return &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gs, cfg)}, gs
+	var gs *gatedStore
+	b := setupOn(t, cfg, func(db *store.DB) feed.Store {
+		gs = &gatedStore{DB: db, maxLen: cfg.MaxLen, entered: make(chan struct{}, len(gates)), gates: gates}
+		return gs
+	})
+	return b, gs
 }
 
 // readAsync reads a page of user's feed in the background.
@@ -513,11 +505,11 @@ func (s *backfillGate) AuthorPostIDsSince(ctx context.Context, author, since int
 func TestPostFannedOutDuringAFollow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	db := store.New(pool, nil)
-	gate := &backfillGate{DB: db, entered: make(chan struct{}), release: make(chan struct{})}
-	b := &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, gate, feed.Config{Prefix: prefix, Backfill: 5})}
+	var gate *backfillGate
+	b := setupOn(t, feed.Config{Backfill: 5}, func(db *store.DB) feed.Store {
+		gate = &backfillGate{DB: db, entered: make(chan struct{}), release: make(chan struct{})}
+		return gate
+	})
 	b.follow(t, 10, 1)
 	mine := b.post(t, 1)
 	older := b.post(t, 2)
