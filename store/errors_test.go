@@ -66,8 +66,23 @@ func TestUnreachableDatabase(t *testing.T) {
 			return err
 		}},
 		{"mark pulled", func(ctx context.Context) error { return db.MarkPulled(ctx, 1) }},
-		{"celebrity followees", func(ctx context.Context) error {
-			ids, err := db.CelebrityFollowees(ctx, 1, 10)
+		{"followees", func(ctx context.Context) error {
+			ids, err := db.Followees(ctx, 1)
+			require.Nil(t, ids)
+			return err
+		}},
+		{"followees of users", func(ctx context.Context) error {
+			m, err := db.FolloweesOf(ctx, []int64{1})
+			require.Nil(t, m)
+			return err
+		}},
+		{"pulled authors", func(ctx context.Context) error {
+			ids, err := db.PulledAuthors(ctx)
+			require.Nil(t, ids)
+			return err
+		}},
+		{"author post ids", func(ctx context.Context) error {
+			ids, err := db.AuthorPostIDsBetween(ctx, 1, 0, 10, 10)
 			require.Nil(t, ids)
 			return err
 		}},

@@ -171,11 +171,3 @@ func (db *DB) MarkPulled(ctx context.Context, userID int64) error {
 	}
 	return nil
 }
-
-// CelebrityFollowees returns whom followerID follows among the authors with
-// more than threshold followers, or whose posts were ever pulled.
-func (db *DB) CelebrityFollowees(ctx context.Context, followerID, threshold int64) ([]int64, error) {
-	return db.queryIDs(ctx, "celebrity followees", `
-SELECT f.followee_id FROM follows f JOIN follower_counts c ON c.user_id = f.followee_id
-WHERE f.follower_id = $1 AND (c.followers > $2 OR c.pulled)`, followerID, threshold)
-}

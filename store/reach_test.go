@@ -1,6 +1,7 @@
 package store_test
 
 import (
+	"math"
 	"slices"
 	"testing"
 
@@ -72,47 +73,65 @@ func TestReach(t *testing.T) {
 	})
 }
 
-func TestCelebrityFollowees(t *testing.T) {
+// What a feed's read side asks PostgreSQL for: whom a reader follows (the
+// following hash of a rebuild, many readers at once for seeding), the authors
+// ever pulled, and a followee's posts in a range of ids (an unfollow's clean-up).
+func TestFeedSources(t *testing.T) {
 	t.Parallel()
 	db, _ := setup(t)
 	ctx := t.Context()
-	const reader, other = 1, 2
-	const big, atThreshold, small, formerStar, strangerStar = 100, 200, 300, 400, 500
-	// Followers: big 5, atThreshold 4, small 1, formerStar 1 (pulled before),
-	// strangerStar 4 (the reader does not follow them).
-	requireFollows(t, db, reader, big, atThreshold, small, formerStar)
-	requireFollows(t, db, other, big, atThreshold, strangerStar)
-	for f := int64(10); f < 12; f++ {
-		requireFollows(t, db, f, big, atThreshold, strangerStar)
-	}
-	requireFollows(t, db, 12, big, strangerStar)
-	require.NoError(t, db.MarkPulled(ctx, formerStar))
-	require.NoError(t, db.MarkPulled(ctx, 600)) // pulled, but followed by nobody here
+	const reader, other, loner = 1, 2, 999
+	requireFollows(t, db, reader, 100, 200, 300)
+	requireFollows(t, db, other, 200)
+	require.NoError(t, db.MarkPulled(ctx, 200))
+	require.NoError(t, db.MarkPulled(ctx, 600)) // pulled, followed by nobody here
 
-	celebrities := func(t *testing.T, follower, threshold int64) []int64 {
-		t.Helper()
-		ids, err := db.CelebrityFollowees(ctx, follower, threshold)
+	t.Run("Followees", func(t *testing.T) {
+		t.Parallel()
+		ids, err := db.Followees(ctx, reader)
 		require.NoError(t, err)
 		slices.Sort(ids)
-		return ids
-	}
-
-	t.Run("FolloweesWithMoreFollowersThanTheThresholdOrEverPulled", func(t *testing.T) {
-		t.Parallel()
-		require.Equal(t, []int64{big, formerStar}, celebrities(t, reader, 4))
+		require.Equal(t, []int64{100, 200, 300}, ids)
+		ids, err = db.Followees(ctx, loner)
+		require.NoError(t, err)
+		require.Empty(t, ids)
 	})
 
-	t.Run("TheThresholdMovesTheLine", func(t *testing.T) {
+	t.Run("FolloweesOfManyReaders", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, []int64{big, atThreshold, formerStar}, celebrities(t, reader, 3))
-		require.Equal(t, []int64{big, atThreshold, small, formerStar}, celebrities(t, reader, 0))
-		require.Equal(t, []int64{formerStar}, celebrities(t, reader, 5), "a pulled author stays, whatever the threshold")
+		m, err := db.FolloweesOf(ctx, []int64{reader, other, loner})
+		require.NoError(t, err)
+		slices.Sort(m[reader])
+		require.Equal(t, []int64{100, 200, 300}, m[reader])
+		require.Equal(t, []int64{200}, m[other])
+		require.Contains(t, m, int64(loner))
+		require.Empty(t, m[loner])
 	})
 
-	t.Run("OnlyTheFollowersOwnFollowees", func(t *testing.T) {
+	t.Run("PulledAuthorsWhetherFollowedOrNot", func(t *testing.T) {
 		t.Parallel()
-		require.Equal(t, []int64{big}, celebrities(t, other, 4))
-		require.Equal(t, []int64{big, atThreshold, strangerStar}, celebrities(t, other, 3))
-		require.Empty(t, celebrities(t, 999, 0), "somebody who follows nobody")
+		ids, err := db.PulledAuthors(ctx)
+		require.NoError(t, err)
+		slices.Sort(ids)
+		require.Equal(t, []int64{200, 600}, ids)
+	})
+
+	t.Run("AuthorPostIDsBetween", func(t *testing.T) {
+		t.Parallel()
+		var mine []int64
+		for range 6 {
+			p, _, err := db.CreatePost(ctx, 700, "x", "")
+			require.NoError(t, err)
+			mine = append(mine, p.ID)
+		}
+		_, _, err := db.CreatePost(ctx, 701, "someone else's", "")
+		require.NoError(t, err)
+		require.NoError(t, db.DeletePost(ctx, mine[3], 700))
+		ids, err := db.AuthorPostIDsBetween(ctx, 700, mine[1], mine[5], 10)
+		require.NoError(t, err)
+		require.Equal(t, []int64{mine[4], mine[2], mine[1]}, ids, "since included, before excluded, deleted left out, newest first")
+		ids, err = db.AuthorPostIDsBetween(ctx, 700, 0, math.MaxInt64, 2)
+		require.NoError(t, err)
+		require.Equal(t, []int64{mine[5], mine[4]}, ids, "at most limit")
 	})
 }
