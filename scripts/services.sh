@@ -1,68 +1,195 @@
 #!/usr/bin/env bash
 # Makes sure PostgreSQL and Redis run on this machine for `make run` and
-# `make test`: starts them when they are installed but down, installs them
-# with apt-get on Debian/Ubuntu when run as root, and otherwise prints the
-# exact command to run.
+# `make test`: installs what is missing with apt-get on Debian/Ubuntu when run
+# as root (otherwise prints the exact command), starts the servers when they
+# are down, and waits for them. Quiet when all is well; safe to run again.
+#
+#   scripts/services.sh [--tests] [--cc]
+#
+# --tests  the caller runs the tests, which read NEWSFEED_TEST_DATABASE_URL
+#          (without it: `make run` and `make bench`, which read
+#          NEWSFEED_DATABASE_URL or database.url in config.yaml)
+# --cc     a C compiler is needed too (gcc and libc6-dev: `go test -race`
+#          needs cgo); `make test` passes it, `make run` does not
+#
+# PostgreSQL is the Debian/Ubuntu cluster that pg_lsclusters lists (one on
+# port 5432 first, else the newest version's "main"); with no cluster at all,
+# one is created. When its port is not 5432, the port of the default
+# database.url, the script says which URLs to set and stops unless they are set.
+#
+# SERVICES_INSTALL_ONLY=1 installs what is missing and starts nothing (for
+# building an image or a chroot whose servers run later).
 set -euo pipefail
 
+need_tests=no need_cc=no
+for arg in "$@"; do
+  case $arg in
+    --tests) need_tests=yes ;;
+    --cc) need_cc=yes ;;
+    *) echo "usage: $0 [--tests] [--cc]" >&2; exit 2 ;;
+  esac
+done
+
 as_root() { [ "$(id -u)" = 0 ]; }
+say() { echo "services: $*"; }
+die() { echo "services: $*" >&2; exit 1; }
+
+# --- what is missing ---------------------------------------------------------
+
+cc=${CC:-gcc}
+command -v go >/dev/null 2>&1 && cc=$(go env CC 2>/dev/null || echo "$cc")
+cc=${cc%% *}
+cc_works() {
+  # Compiling and linking a C file needs the compiler, the C library's
+  # headers and its startup files: what cgo and the race detector use.
+  command -v "$cc" >/dev/null 2>&1 || return 1
+  local tmp rc=0
+  tmp=$(mktemp -d)
+  printf '#include <stdlib.h>\nint main(void) { return EXIT_SUCCESS; }\n' >"$tmp/cc.c"
+  "$cc" -o "$tmp/cc" "$tmp/cc.c" >/dev/null 2>&1 || rc=1
+  rm -rf "$tmp"
+  return $rc
+}
+
+pg_server_installed() { compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 
 missing=()
-command -v pg_ctlcluster >/dev/null 2>&1 || missing+=(postgresql)
-command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+{ command -v pg_ctlcluster >/dev/null 2>&1 && pg_server_installed; } || missing+=(postgresql)
+{ command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; } || missing+=(redis-server)
+if [ "$need_cc" = yes ] && ! cc_works; then
+  [ "$cc" = gcc ] || command -v "$cc" >/dev/null 2>&1 ||
+    die "the C compiler Go uses for go test -race, $cc (go env CC), is not installed"
+  missing+=(gcc libc6-dev)
+fi
+
 installed_pg=no
 if [ ${#missing[@]} -gt 0 ]; then
   if as_root && command -v apt-get >/dev/null 2>&1; then
-    echo "services: installing ${missing[*]} with apt-get"
+    say "installing ${missing[*]} with apt-get"
     apt-get update -q
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
     [[ " ${missing[*]} " == *" postgresql "* ]] && installed_pg=yes
+    if [ "$need_cc" = yes ] && ! cc_works; then
+      die "$cc still cannot compile and link a C program; the race detector (make test) needs it"
+    fi
   else
-    echo "services: PostgreSQL and Redis are needed; install them with:" >&2
+    what=
+    for p in "${missing[@]}"; do
+      case $p in
+        postgresql) what+=", PostgreSQL" ;;
+        redis-server) what+=", Redis" ;;
+        gcc) what+=", a C compiler (go test -race needs cgo)" ;;
+      esac
+    done
+    echo "services: missing ${what#, }; install with:" >&2
     echo "  sudo apt-get update && sudo apt-get install -y ${missing[*]}" >&2
     exit 1
   fi
 fi
 
-pg_version=$(ls /etc/postgresql | sort -V | tail -n 1)
-if [ "$installed_pg" = yes ]; then
-  # A fresh install only trusts the postgres OS user; the default
-  # database.url connects over TCP as postgres without a password.
-  hba=/etc/postgresql/$pg_version/main/pg_hba.conf
-  sed -i '1i host all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
-fi
+# --- the PostgreSQL cluster --------------------------------------------------
 
-pg_up() { pg_isready -q -h 127.0.0.1 -p 5432; }
-if ! pg_up; then
-  if as_root; then
-    echo "services: starting PostgreSQL $pg_version"
-    pg_ctlcluster --skip-systemctl-redirect "$pg_version" main start || true
-    [ "$installed_pg" = yes ] && pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload
+default_port=5432
+pg_answers() { pg_isready -q -h 127.0.0.1 -p "$1"; }
+
+# pick_cluster sets pg_version, pg_cluster, pg_port and pg_log from
+# pg_lsclusters: the cluster on the default port, else the newest version's
+# main, else the newest version's first; with no cluster, it creates main.
+# The cluster gets the lines that let the default database.url (TCP as
+# postgres, no password) in when this script installed or created it.
+pick_cluster() {
+  local clusters server created=no
+  clusters=$(pg_lsclusters -h 2>/dev/null || true)
+  if [ -z "$clusters" ]; then
+    server=$(compgen -G '/usr/lib/postgresql/*/bin/postgres' | sort -V | tail -n 1)
+    server=${server#/usr/lib/postgresql/}
+    as_root || die "PostgreSQL ${server%%/*} has no cluster; create one with:
+  sudo pg_createcluster ${server%%/*} main"
+    say "creating PostgreSQL cluster ${server%%/*}/main"
+    pg_createcluster "${server%%/*}" main >/dev/null
+    created=yes
+    clusters=$(pg_lsclusters -h)
+  fi
+  # Ver Cluster Port Status Owner Data-directory Log-file
+  read -r pg_version pg_cluster pg_port _ _ _ pg_log < <(
+    echo "$clusters" | awk -v p="$default_port" '$3 == p { print; f = 1; exit } END { exit !f }' ||
+    echo "$clusters" | sort -k1,1Vr -k2,2 | awk '$2 == "main" { print; f = 1; exit } END { exit !f }' ||
+    echo "$clusters" | sort -k1,1Vr | head -n 1)
+  if [ "$installed_pg" = yes ] || [ "$created" = yes ]; then
+    local hba=/etc/postgresql/$pg_version/$pg_cluster/pg_hba.conf
+    if ! grep -q 'newsfeed scripts/services.sh' "$hba"; then
+      sed -i '1i # added by newsfeed scripts/services.sh: local TCP connections are trusted\nhost all all 127.0.0.1/32 trust\nhost all all ::1/128 trust' "$hba"
+      hba_changed=yes
+    fi
+  fi
+}
+
+hba_changed=no pg_cluster=
+[ "$installed_pg" = yes ] && pick_cluster
+
+[ "${SERVICES_INSTALL_ONLY:-}" = 1 ] && { say "installed; starting nothing (SERVICES_INSTALL_ONLY=1)"; exit 0; }
+
+# --- PostgreSQL --------------------------------------------------------------
+
+if [ -n "$pg_cluster" ] || ! pg_answers "$default_port"; then
+  [ -n "$pg_cluster" ] || pick_cluster
+  name="PostgreSQL $pg_version/$pg_cluster"
+  status=$(pg_lsclusters -h "$pg_version" "$pg_cluster" | awk '{ print $4 }')
+  if [[ $status == online* ]]; then
+    [ "$hba_changed" = yes ] && pg_ctlcluster --skip-systemctl-redirect "$pg_version" "$pg_cluster" reload
+  elif as_root; then
+    say "starting $name (port $pg_port)"
+    pg_ctlcluster --skip-systemctl-redirect "$pg_version" "$pg_cluster" start || true
   else
-    echo "services: PostgreSQL is down; start it with:" >&2
-    echo "  sudo pg_ctlcluster --skip-systemctl-redirect $pg_version main start" >&2
+    die "$name is down; start it with:
+  sudo pg_ctlcluster --skip-systemctl-redirect $pg_version $pg_cluster start"
+  fi
+  for _ in $(seq 50); do pg_answers "$pg_port" && break; sleep 0.2; done
+  if ! pg_answers "$pg_port"; then
+    status=$(pg_lsclusters -h "$pg_version" "$pg_cluster" | awk '{ print $4 }')
+    echo "services: $name (port $pg_port in pg_lsclusters, $status) does not answer on 127.0.0.1:$pg_port" >&2
+    echo "  its listen_addresses and port are in /etc/postgresql/$pg_version/$pg_cluster/postgresql.conf; the end of $pg_log:" >&2
+    tail -n 5 "$pg_log" 2>/dev/null | sed 's/^/  | /' >&2
     exit 1
   fi
-  for _ in $(seq 50); do pg_up && break; sleep 0.2; done
-  pg_up || { echo "services: PostgreSQL did not come up" >&2; exit 1; }
-elif [ "$installed_pg" = yes ]; then
-  pg_ctlcluster --skip-systemctl-redirect "$pg_version" main reload
+
+  if [ "$pg_port" != "$default_port" ]; then
+    # The URLs must name the cluster's port: the caller's variable, or for
+    # make run a database.url in config.yaml, may already do so.
+    if [ "$need_tests" = yes ]; then var=NEWSFEED_TEST_DATABASE_URL; else var=NEWSFEED_DATABASE_URL; fi
+    url=${!var:-}
+    if [ -z "$url" ] && [ "$need_tests" = no ] && [ -f config.yaml ]; then
+      url=$(awk '/^database:/ { d = 1; next } /^[^ #]/ { d = 0 } d && $1 == "url:" { print $2; exit }' config.yaml)
+    fi
+    case $url in
+      *":$pg_port/"* | *":$pg_port?"* | *":$pg_port") ;;
+      *)
+        msg="$name listens on port $pg_port, not on $default_port, the port of the default database.url"
+        hint="
+  export NEWSFEED_DATABASE_URL='postgres://postgres@127.0.0.1:$pg_port/newsfeed?sslmode=disable'       # make run, make bench
+  export NEWSFEED_TEST_DATABASE_URL='postgres://postgres@127.0.0.1:$pg_port/postgres?sslmode=disable'  # make test, make model"
+        [ -n "${!var:-}" ] || die "$msg; point the project at it with:$hint"
+        echo "services: warning: $msg, and $var does not name that port; the URLs for this cluster:$hint" >&2
+        ;;
+    esac
+  fi
 fi
+
+# --- Redis -------------------------------------------------------------------
 
 redis_up() { redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; }
 if ! redis_up; then
   redis_cmd=(redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no
              --dir /var/lib/redis --logfile /var/log/redis/ci.log)
   if as_root; then
-    echo "services: starting Redis"
+    say "starting Redis"
     mkdir -p /var/lib/redis /var/log/redis
     "${redis_cmd[@]}"
   else
-    echo "services: Redis is down; start it with:" >&2
-    echo "  sudo ${redis_cmd[*]}" >&2
-    exit 1
+    die "Redis is down; start it with:
+  sudo ${redis_cmd[*]}"
   fi
   for _ in $(seq 50); do redis_up && break; sleep 0.1; done
-  redis_up || { echo "services: Redis did not come up" >&2; exit 1; }
+  redis_up || die "Redis did not come up; see /var/log/redis/ci.log"
 fi
-echo "services: PostgreSQL and Redis are up"
+say "PostgreSQL and Redis are up"
