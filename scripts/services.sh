@@ -67,7 +67,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   if as_root && command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} with apt-get"
     apt-get update -q
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
     [[ " ${missing[*]} " == *" postgresql "* ]] && installed_pg=yes
     if [ "$need_cc" = yes ] && ! cc_works; then
       die "$cc still cannot compile and link a C program; the race detector (make test) needs it"
