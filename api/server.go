@@ -1,6 +1,6 @@
 // Package api is the HTTP API of newsfeed (echo): posts, follows, listings and
-// the home feed, with bearer-token authentication, strict input validation
-// and one error shape. See ../../shared/API.md and docs/openapi.yaml.
+// the home feed, with bearer-token authentication, strict input validation,
+// per-user rate limits and one error shape. See docs/openapi.yaml.
 package api
 
 import (
@@ -61,6 +61,15 @@ type Config struct {
 	// Truth reads home feeds from PostgreSQL when Redis cannot; nil: no
 	// fallback, a read answers 503.
 	Truth TruthReader
+	// RateLimiter counts posts and follows per user, across processes; nil:
+	// no limits.
+	RateLimiter RateLimiter
+	// PostsPerMinute is ratelimit.posts_per_minute: posts one user may
+	// create a minute. 0: no limit.
+	PostsPerMinute int
+	// FollowsPerMinute is ratelimit.follows_per_minute: follows and
+	// unfollows one user may make a minute. 0: no limit.
+	FollowsPerMinute int
 	// Registerer receives the HTTP request histogram. Defaults to none.
 	Registerer prometheus.Registerer
 	// Logger defaults to a no-op logger.
@@ -111,11 +120,13 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	// echo add catch-all routes that would answer 404 for a wrong method.
 	// The query string is checked after authentication, like all input.
 	auth := authenticate(cfg.Secret)
-	e.POST("/v1/posts", s.createPost, auth, strictQuery)
+	limits := newRateLimits(cfg.RateLimiter, cfg.PostsPerMinute, cfg.FollowsPerMinute, cfg.Registerer, cfg.Logger)
+	limitPosts, limitFollows := limits.limit(actionPost), limits.limit(actionFollow)
+	e.POST("/v1/posts", s.createPost, auth, strictQuery, limitPosts)
 	e.GET("/v1/posts/:id", s.getPost, auth, strictQuery)
 	e.DELETE("/v1/posts/:id", s.deletePost, auth, strictQuery)
-	e.PUT("/v1/following/:user_id", s.follow, auth, strictQuery)
-	e.DELETE("/v1/following/:user_id", s.unfollow, auth, strictQuery)
+	e.PUT("/v1/following/:user_id", s.follow, auth, strictQuery, limitFollows)
+	e.DELETE("/v1/following/:user_id", s.unfollow, auth, strictQuery, limitFollows)
 	e.GET("/v1/users/:id/followers", s.followers, auth, strictQuery)
 	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)

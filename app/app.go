@@ -28,6 +28,7 @@ import (
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
+	"github.com/newsfeed/newsfeed/ratelimit"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -271,9 +272,14 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			Truth:             s.Store,
 			// Feed reads while Redis is down: PostgreSQL, bounded.
 			FallbackConcurrency: cfg.Feed.FallbackConcurrency,
-			Ops:                 s.opsHandler(),
-			Registerer:          s.registry,
-			Logger:              s.Log.Named("api"),
+			// Per-user limits, in Redis so that every serve process counts
+			// together; they fail open while Redis is down.
+			RateLimiter:      ratelimit.New(s.Redis, cfg.Redis.Prefix),
+			PostsPerMinute:   cfg.RateLimit.PostsPerMinute,
+			FollowsPerMinute: cfg.RateLimit.FollowsPerMinute,
+			Ops:              s.opsHandler(),
+			Registerer:       s.registry,
+			Logger:           s.Log.Named("api"),
 		})
 		if err := s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e); err != nil {
 			return err
@@ -335,9 +341,15 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 		}
 		return fmt.Errorf("%s: %w", key, err)
 	}
-	// Bounded reads and idle connections: a client that trickles its request
-	// cannot hold a connection and a goroutine for ever.
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 30 * time.Second, IdleTimeout: 2 * time.Minute}
+	// Bounded reads, headers and idle connections: a client that trickles
+	// its request cannot hold a connection and a goroutine for ever.
+	srv := &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: s.Config.HTTP.ReadHeaderTimeout,
+		ReadTimeout:       s.Config.HTTP.ReadTimeout,
+		IdleTimeout:       s.Config.HTTP.IdleTimeout,
+		MaxHeaderBytes:    s.Config.HTTP.MaxHeaderBytes,
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("%s server: %w", name, err)

@@ -44,6 +44,18 @@ type Config struct {
 	HTTP struct {
 		// Addr is the listen address of serve and all. Defaults to :8080.
 		Addr string `koanf:"addr"`
+		// ReadHeaderTimeout: a client that has not sent its request headers
+		// within this is disconnected. Defaults to 5s.
+		ReadHeaderTimeout time.Duration `koanf:"read_header_timeout"`
+		// ReadTimeout bounds reading a whole request, body included.
+		// Defaults to 30s.
+		ReadTimeout time.Duration `koanf:"read_timeout"`
+		// IdleTimeout closes a keep-alive connection that sends no request
+		// for this long. Defaults to 2m.
+		IdleTimeout time.Duration `koanf:"idle_timeout"`
+		// MaxHeaderBytes bounds the request line and headers; more is
+		// refused with 431. Defaults to 65536.
+		MaxHeaderBytes int `koanf:"max_header_bytes"`
 	} `koanf:"http"`
 	Metrics struct {
 		// Addr serves /metrics, /healthz and /readyz for every role; empty
@@ -56,6 +68,15 @@ type Config struct {
 		// Secret is the HMAC key of the HS256 bearer tokens. No default.
 		Secret string `koanf:"secret"`
 	} `koanf:"auth"`
+	RateLimit struct {
+		// PostsPerMinute is how many posts one user may create a minute,
+		// counted in Redis and so shared by every serve process; 0 turns the
+		// limit off. Defaults to 60.
+		PostsPerMinute int `koanf:"posts_per_minute"`
+		// FollowsPerMinute is how many follows and unfollows, together, one
+		// user may make a minute; 0 turns the limit off. Defaults to 300.
+		FollowsPerMinute int `koanf:"follows_per_minute"`
+	} `koanf:"ratelimit"`
 	Posts struct {
 		// MaxChars is the longest post body in characters. Defaults to 1000.
 		MaxChars int `koanf:"max_chars"`
@@ -138,43 +159,49 @@ type Config struct {
 // defaults holds every key with its default value; it is also the list of
 // known keys, used to map environment variables and reject unknown file keys.
 var defaults = map[string]any{
-	"database.url":               "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
-	"database.read_url":          "",
-	"database.max_conns":         16,
-	"database.connect_wait":      "10s",
-	"redis.url":                  "redis://127.0.0.1:6379/0",
-	"redis.cluster":              false,
-	"redis.prefix":               "nf:",
-	"http.addr":                  ":8080",
-	"metrics.addr":               ":9090",
-	"metrics.pprof":              false,
-	"auth.secret":                "",
-	"posts.max_chars":            1000,
-	"feed.max_len":               800,
-	"feed.backfill":              50,
-	"feed.rebuild_wait":          "5s",
-	"feed.fallback_concurrency":  16,
-	"feed.active_days":           30,
-	"fanout.chunk_size":          5000,
-	"fanout.page_size":           1000,
-	"fanout.celebrity_threshold": 10000,
-	"fanout.concurrency":         64,
-	"outbox.batch_size":          500,
-	"outbox.poll_interval":       "500ms",
-	"outbox.notify":              true,
-	"outbox.lease":               "30s",
-	"outbox.redeliver_after":     "2m",
-	"outbox.max_attempts":        10,
-	"outbox.backoff_base":        "1s",
-	"outbox.backoff_max":         "1h",
-	"outbox.retention":           "24h",
-	"queue.stream":               "tickets",
-	"queue.group":                "fanout",
-	"queue.claim_idle":           "30s",
-	"queue.max_deliveries":       5,
-	"log.level":                  "info",
-	"log.format":                 "json",
-	"shutdown_timeout":           "15s",
+	"database.url":                 "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
+	"database.read_url":            "",
+	"database.max_conns":           16,
+	"database.connect_wait":        "10s",
+	"redis.url":                    "redis://127.0.0.1:6379/0",
+	"redis.cluster":                false,
+	"redis.prefix":                 "nf:",
+	"http.addr":                    ":8080",
+	"http.read_header_timeout":     "5s",
+	"http.read_timeout":            "30s",
+	"http.idle_timeout":            "2m",
+	"http.max_header_bytes":        65536,
+	"ratelimit.posts_per_minute":   60,
+	"ratelimit.follows_per_minute": 300,
+	"metrics.addr":                 ":9090",
+	"metrics.pprof":                false,
+	"auth.secret":                  "",
+	"posts.max_chars":              1000,
+	"feed.max_len":                 800,
+	"feed.backfill":                50,
+	"feed.rebuild_wait":            "5s",
+	"feed.fallback_concurrency":    16,
+	"feed.active_days":             30,
+	"fanout.chunk_size":            5000,
+	"fanout.page_size":             1000,
+	"fanout.celebrity_threshold":   10000,
+	"fanout.concurrency":           64,
+	"outbox.batch_size":            500,
+	"outbox.poll_interval":         "500ms",
+	"outbox.notify":                true,
+	"outbox.lease":                 "30s",
+	"outbox.redeliver_after":       "2m",
+	"outbox.max_attempts":          10,
+	"outbox.backoff_base":          "1s",
+	"outbox.backoff_max":           "1h",
+	"outbox.retention":             "24h",
+	"queue.stream":                 "tickets",
+	"queue.group":                  "fanout",
+	"queue.claim_idle":             "30s",
+	"queue.max_deliveries":         5,
+	"log.level":                    "info",
+	"log.format":                   "json",
+	"shutdown_timeout":             "15s",
 }
 
 // LoadConfig builds the configuration from defaults, the YAML file at path
@@ -258,6 +285,11 @@ func (c *Config) validate() error {
 			errs = append(errs, fmt.Errorf("config key %s must be positive, got %d", key, v))
 		}
 	}
+	notNegative := func(key string, v int) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("config key %s must not be negative (0 turns it off), got %d", key, v))
+		}
+	}
 	positiveDur := func(key string, v time.Duration) {
 		if v <= 0 {
 			errs = append(errs, fmt.Errorf("config key %s must be a positive duration, got %s", key, v))
@@ -271,6 +303,14 @@ func (c *Config) validate() error {
 	}
 	positive("database.max_conns", int(c.Database.MaxConns))
 	positive("posts.max_chars", c.Posts.MaxChars)
+	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
+	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)
+	positiveDur("http.idle_timeout", c.HTTP.IdleTimeout)
+	if c.HTTP.MaxHeaderBytes < 4096 {
+		errs = append(errs, fmt.Errorf("config key http.max_header_bytes must be at least 4096, got %d", c.HTTP.MaxHeaderBytes))
+	}
+	notNegative("ratelimit.posts_per_minute", c.RateLimit.PostsPerMinute)
+	notNegative("ratelimit.follows_per_minute", c.RateLimit.FollowsPerMinute)
 	positive("feed.max_len", c.Feed.MaxLen)
 	positive("feed.active_days", c.Feed.ActiveDays)
 	positive("feed.fallback_concurrency", c.Feed.FallbackConcurrency)

@@ -96,6 +96,9 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 		"NEWSFEED_AUTH_SECRET=" + secret,
 		"NEWSFEED_OUTBOX_POLL_INTERVAL=100ms",
 		"NEWSFEED_LOG_LEVEL=warn",
+		// Tests post and follow in bulk; those about limits set their own.
+		"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=0",
+		"NEWSFEED_RATELIMIT_FOLLOWS_PER_MINUTE=0",
 	}
 	for _, o := range opts {
 		o(c)

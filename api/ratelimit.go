@@ -1,0 +1,97 @@
+package api
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/ratelimit"
+)
+
+// RateLimiter counts one user's events of an action, shared by every serve
+// process (ratelimit.Limiter, in Redis).
+type RateLimiter interface {
+	Allow(ctx context.Context, action string, user int64, perMinute int) (ratelimit.Decision, error)
+}
+
+// The actions that are limited, as they appear in keys and metrics.
+const (
+	actionPost   = "posts"
+	actionFollow = "follows" // follows and unfollows together
+)
+
+// rateLimitWait bounds the limiter's round trip: a Redis that is slow or
+// gone must not hold a write that PostgreSQL alone can accept.
+const rateLimitWait = 250 * time.Millisecond
+
+// rateLimits enforces ratelimit.posts_per_minute and follows_per_minute. It
+// fails open: when the limiter does not answer, the request goes through,
+// counted in newsfeed_ratelimit_fail_open_total and logged once per outage.
+type rateLimits struct {
+	limiter  RateLimiter
+	perMin   map[string]int
+	rejected *prometheus.CounterVec
+	failOpen *prometheus.CounterVec
+	down     atomic.Bool
+	log      *zap.Logger
+}
+
+func newRateLimits(limiter RateLimiter, postsPerMinute, followsPerMinute int, reg prometheus.Registerer, log *zap.Logger) *rateLimits {
+	rl := &rateLimits{
+		limiter: limiter,
+		perMin:  map[string]int{actionPost: postsPerMinute, actionFollow: followsPerMinute},
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "newsfeed_ratelimit_rejected_total",
+			Help: "Requests refused with 429 because their user was over a rate limit, by action.",
+		}, []string{"action"}),
+		failOpen: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "newsfeed_ratelimit_fail_open_total",
+			Help: "Requests let through unlimited because the rate limiter (Redis) did not answer, by action.",
+		}, []string{"action"}),
+		log: log,
+	}
+	if reg != nil {
+		reg.MustRegister(rl.rejected, rl.failOpen)
+	}
+	return rl
+}
+
+// limit is the middleware of one action's routes; it runs after
+// authentication, so it knows the user.
+func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
+	perMinute := rl.perMin[action]
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		if rl.limiter == nil || perMinute <= 0 {
+			return next
+		}
+		return func(c echo.Context) error {
+			ctx, cancel := context.WithTimeout(c.Request().Context(), rateLimitWait)
+			d, err := rl.limiter.Allow(ctx, action, userID(c), perMinute)
+			cancel()
+			switch {
+			case err != nil:
+				rl.failOpen.WithLabelValues(action).Inc()
+				if rl.down.CompareAndSwap(false, true) {
+					rl.log.Warn("rate limiter unavailable; letting requests through until it answers", zap.Error(err))
+				}
+				return next(c)
+			case rl.down.CompareAndSwap(true, false):
+				rl.log.Info("rate limiter answers again")
+			}
+			if !d.Allowed {
+				rl.rejected.WithLabelValues(action).Inc()
+				secs := ratelimit.RetryAfterSeconds(d.RetryAfter)
+				c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
+				return newError(http.StatusTooManyRequests, "rate_limited",
+					"too many "+action+": at most "+strconv.Itoa(perMinute)+" a minute; retry in "+strconv.Itoa(secs)+"s")
+			}
+			return next(c)
+		}
+	}
+}
