@@ -10,8 +10,11 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"reflect"
 	"runtime/pprof"
+	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -46,7 +49,11 @@ redis.prefix and auth.secret of this configuration.`,
 			if million {
 				opts.BigFollowers = 1_000_000
 			}
-			cfg, err := load(cmd, nil)
+			var overrides map[string]any
+			if apiURL == "" {
+				overrides = benchOverrides()
+			}
+			cfg, err := load(cmd, overrides)
 			if err != nil {
 				return err
 			}
@@ -54,7 +61,7 @@ redis.prefix and auth.secret of this configuration.`,
 			var h bench.Harness
 			var cleanup func()
 			if apiURL == "" {
-				h, cleanup, err = startInProcess(ctx, cfg, assets, cmd)
+				h, cleanup, err = startInProcess(ctx, cfg, assets)
 			} else {
 				h, cleanup, err = connectExternal(ctx, cfg, apiURL)
 			}
@@ -102,10 +109,21 @@ redis.prefix and auth.secret of this configuration.`,
 	return cmd
 }
 
+// benchOverrides are the keys the bench sets whatever the configuration
+// says: it posts in bulk, so its servers limit no rate. (Keys this build does
+// not know yet are ignored.)
+func benchOverrides() map[string]any {
+	return map[string]any{"ratelimit.posts_per_minute": 0, "ratelimit.follows_per_minute": 0}
+}
+
+// benchExecutable is the binary of the bench's worker processes; tests
+// replace it.
+var benchExecutable = os.Executable
+
 // startInProcess makes a fresh bench database and runs every role in this
 // process: serve and dispatch together, the workers apart so that the big
 // fan-out can move to a worker process of its own.
-func startInProcess(ctx context.Context, cfg *Config, assets Assets, cmd *cobra.Command) (bench.Harness, func(), error) {
+func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harness, func(), error) {
 	benchCfg := *cfg
 	dbURL, err := withDatabaseSuffix(cfg.Database.URL, "_bench")
 	if err != nil {
@@ -160,31 +178,87 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets, cmd *cobra.
 		cleanup()
 		return bench.Harness{}, nil, err
 	}
-	configPath, _ := cmd.Flags().GetString("config")
+	childEnv := workerEnv(os.Environ(), &benchCfg)
 	return bench.Harness{
 		APIURL: apiURL, Secret: secret, Pool: sys.Primary, Redis: sys.Redis, Prefix: benchPrefix,
 		StopWorkers: func() { stopWork(); workers.Wait() },
-		StartWorker: func(ctx context.Context) (*os.Process, error) {
-			exe, err := os.Executable()
+		WorkerCommand: func() (*exec.Cmd, error) {
+			exe, err := benchExecutable()
 			if err != nil {
 				return nil, err
 			}
-			c := exec.CommandContext(ctx, exe, "--config", configPath, "work")
-			c.Env = append(os.Environ(),
-				"NEWSFEED_DATABASE_URL="+dbURL,
-				"NEWSFEED_REDIS_URL="+cfg.Redis.URL,
-				"NEWSFEED_REDIS_PREFIX="+benchPrefix,
-				"NEWSFEED_METRICS_ADDR=",
-				"NEWSFEED_LOG_LEVEL=warn",
-				"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD="+strconv.FormatInt(1<<60, 10),
-			)
-			c.Stderr = os.Stderr
-			if err := c.Start(); err != nil {
-				return nil, err
-			}
-			return c.Process, nil
+			// No configuration file (whatever lies in the working directory):
+			// the environment carries the whole of this one.
+			c := exec.Command(exe, "--config=", "work")
+			c.Env = childEnv
+			return c, nil
 		},
 	}, cleanup, nil
+}
+
+// workerEnv is the environment of a worker process of the bench: environ
+// without its NEWSFEED_ variables, then every key of cfg as NEWSFEED_<KEY>,
+// and the bench's overrides, so that the child runs with exactly the
+// parent's effective configuration and needs no file.
+func workerEnv(environ []string, cfg *Config) []string {
+	env := make([]string, 0, len(environ)+64)
+	for _, kv := range environ {
+		if !strings.HasPrefix(kv, "NEWSFEED_") {
+			env = append(env, kv)
+		}
+	}
+	set := map[string]string{}
+	var keys []string
+	put := func(key, value string) {
+		name := "NEWSFEED_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
+		if _, ok := set[name]; !ok {
+			keys = append(keys, name)
+		}
+		set[name] = value
+	}
+	flattenConfig(reflect.ValueOf(cfg).Elem(), "", put)
+	for key, v := range benchOverrides() {
+		put(key, fmt.Sprint(v))
+	}
+	sort.Strings(keys)
+	for _, name := range keys {
+		env = append(env, name+"="+set[name])
+	}
+	return env
+}
+
+var durationType = reflect.TypeFor[time.Duration]()
+
+// flattenConfig calls put with every key of a Config (by its koanf tags) and
+// its value as LoadConfig reads it back from the environment.
+func flattenConfig(v reflect.Value, prefix string, put func(key, value string)) {
+	t := v.Type()
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
+		if tag == "" || tag == "-" || !f.IsExported() {
+			continue
+		}
+		key, fv := prefix+tag, v.Field(i)
+		switch {
+		case fv.Type() == durationType:
+			put(key, time.Duration(fv.Int()).String())
+		case fv.Kind() == reflect.Struct:
+			flattenConfig(fv, key+".", put)
+		case fv.Kind() == reflect.String:
+			put(key, fv.String())
+		case fv.Kind() == reflect.Bool:
+			put(key, strconv.FormatBool(fv.Bool()))
+		case fv.CanInt():
+			put(key, strconv.FormatInt(fv.Int(), 10))
+		case fv.CanUint():
+			put(key, strconv.FormatUint(fv.Uint(), 10))
+		case fv.CanFloat():
+			put(key, strconv.FormatFloat(fv.Float(), 'g', -1, 64))
+		default:
+			put(key, fmt.Sprint(fv.Interface()))
+		}
+	}
 }
 
 // connectExternal measures processes that already run.

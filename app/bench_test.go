@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -16,11 +19,10 @@ import (
 	"github.com/newsfeed/newsfeed/internal/testenv"
 )
 
-// TestBenchSmoke runs `newsfeed bench` on a tiny scenario, so that `make
-// bench` does not rot: every in-process stage runs and the report is
-// written. (The stages with worker processes of their own need the built
-// binary; e2e-style, they are run by `make bench` itself.)
-func TestBenchSmoke(t *testing.T) {
+// benchSetup points the bench at a database and a Redis database of the
+// test's own, and drops the bench's database at the end.
+func benchSetup(t *testing.T) Assets {
+	t.Helper()
 	dbURL := testenv.NewDatabaseURL(t)
 	t.Cleanup(func() {
 		cfg, err := pgx.ParseConfig(dbURL)
@@ -34,11 +36,20 @@ func TestBenchSmoke(t *testing.T) {
 	t.Setenv("NEWSFEED_DATABASE_URL", dbURL)
 	t.Setenv("NEWSFEED_REDIS_URL", testenv.NewRedisDB(t))
 	t.Setenv("NEWSFEED_LOG_LEVEL", "error")
-	out := t.TempDir()
 	schema, err := os.ReadFile(filepath.Join("..", "schema.sql"))
 	require.NoError(t, err)
+	return Assets{Schema: string(schema)}
+}
 
-	root := NewRootCommand(Assets{Schema: string(schema)})
+// TestBenchSmoke runs `newsfeed bench` on a tiny scenario, so that `make
+// bench` does not rot: every in-process stage runs and the report is
+// written. (The stages with worker processes of their own need the built
+// binary: e2e/bench_test.go runs them.)
+func TestBenchSmoke(t *testing.T) {
+	assets := benchSetup(t)
+	out := t.TempDir()
+
+	root := NewRootCommand(assets)
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
@@ -46,7 +57,7 @@ func TestBenchSmoke(t *testing.T) {
 		"--runs", "1", "--stage-time", "300ms", "--latency-time", "300ms", "--concurrency", "4",
 		"--big", "1000", "--chunked", "1000", "--fanout-posts", "20",
 		"--stages", "post creation,fan-out throughput,delivery,reads,inactive", "--out", out})
-	err = root.ExecuteContext(context.Background())
+	err := root.ExecuteContext(context.Background())
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 
 	var report bench.Report
@@ -64,4 +75,107 @@ func TestBenchSmoke(t *testing.T) {
 	for _, f := range []string{"bench.md", "delivery-latency.svg", "delivery-latency.png"} {
 		require.FileExists(t, filepath.Join(out, f))
 	}
+}
+
+// TestBenchWorkerDeathEndsStage: a worker process that dies, at start or in
+// the middle of the big fan-out it was started for, ends the stage at once
+// with the way it exited and the last lines of its stderr, where the bench
+// used to wait for a fan-out nobody did.
+func TestBenchWorkerDeathEndsStage(t *testing.T) {
+	assets := benchSetup(t)
+	cases := []struct {
+		name   string
+		script string   // the worker process; $PIDFILE is where it may write its pid
+		kill   bool     // kill -9 the worker once it has written its pid
+		wants  []string // in the error
+	}{{
+		name: "exits at start",
+		script: "echo 'starting' >&2\n" +
+			"echo 'newsfeed: config file config.yaml: open config.yaml: no such file or directory' >&2\nexit 1\n",
+		wants: []string{"big fan-out: worker 1", "exited: exit status 1",
+			"starting", "config file config.yaml: open config.yaml: no such file or directory"},
+	}, {
+		name:   "killed mid-stage",
+		script: "echo 'working' >&2\necho $$ > \"$PIDFILE\"\nexec sleep 600\n",
+		kill:   true,
+		wants:  []string{"big fan-out: worker 1", "exited: signal: killed", "working"},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			script, pidFile := filepath.Join(dir, "worker.sh"), filepath.Join(dir, "worker.pid")
+			require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+tc.script), 0o755))
+			t.Setenv("PIDFILE", pidFile)
+			old := benchExecutable
+			benchExecutable = func() (string, error) { return script, nil }
+			t.Cleanup(func() { benchExecutable = old })
+
+			// Far longer than the stage takes; a hang runs into it.
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if tc.kill {
+				go func() {
+					for ctx.Err() == nil {
+						if b, err := os.ReadFile(pidFile); err == nil && len(b) > 0 && b[len(b)-1] == '\n' {
+							pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+							if err == nil {
+								_ = syscall.Kill(pid, syscall.SIGKILL)
+							}
+							return
+						}
+						time.Sleep(10 * time.Millisecond)
+					}
+				}()
+			}
+			root := NewRootCommand(assets)
+			var stdout, stderr bytes.Buffer
+			root.SetOut(&stdout)
+			root.SetErr(&stderr)
+			root.SetArgs([]string{"bench", "--big", "1000", "--chunked", "1000", "--stages", "big fan-out", "--out", t.TempDir()})
+			err := root.ExecuteContext(ctx)
+			require.NoError(t, ctx.Err(), "the stage did not end when its worker died; stderr:\n%s", stderr.String())
+			require.Error(t, err)
+			var exit *bench.ExitError
+			require.ErrorAs(t, err, &exit)
+			for _, w := range tc.wants {
+				require.Contains(t, err.Error(), w)
+			}
+			require.Contains(t, stderr.String(), "stage: big fan-out", "progress still shown")
+		})
+	}
+}
+
+// TestWorkerEnv: a worker process's environment carries every key of the
+// parent's effective configuration, the bench's overrides, and no NEWSFEED_
+// variable of the parent's own; read back with no file, it is the same
+// configuration.
+func TestWorkerEnv(t *testing.T) {
+	cfg, err := LoadConfig("", false, []string{
+		"NEWSFEED_FEED_MAX_LEN=123", "NEWSFEED_OUTBOX_LEASE=7s", "NEWSFEED_OUTBOX_NOTIFY=false",
+		"NEWSFEED_METRICS_ADDR=", "NEWSFEED_AUTH_SECRET=s3cret",
+	}, benchOverrides())
+	require.NoError(t, err)
+	cfg.Redis.Prefix = benchPrefix
+	cfg.Fanout.CelebrityThreshold = 1 << 60
+	cfg.Log.Level = "warn"
+
+	env := workerEnv([]string{"PATH=/bin", "NEWSFEED_FEED_MAX_LEN=999", "NEWSFEED_SOMETHING=else"}, cfg)
+	require.Contains(t, env, "PATH=/bin")
+	require.NotContains(t, env, "NEWSFEED_FEED_MAX_LEN=999")
+	require.NotContains(t, env, "NEWSFEED_SOMETHING=else")
+	require.Contains(t, env, "NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=0")
+	require.Contains(t, env, "NEWSFEED_RATELIMIT_FOLLOWS_PER_MINUTE=0")
+	names := map[string]bool{}
+	for _, kv := range env {
+		name, _, _ := strings.Cut(kv, "=")
+		require.False(t, names[name], "%s twice", name)
+		names[name] = true
+	}
+	for _, key := range KnownKeys() {
+		require.True(t, names["NEWSFEED_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))], key)
+	}
+
+	back, err := LoadConfig("", true, env, nil)
+	require.NoError(t, err)
+	require.Equal(t, cfg, back)
 }

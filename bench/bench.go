@@ -18,6 +18,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"slices"
 	"strconv"
@@ -100,8 +101,10 @@ type Harness struct {
 	// the workers are not in process: the big fan-out then runs on them and
 	// memory is not reported.
 	StopWorkers func()
-	// StartWorker starts one `newsfeed work` process and returns it.
-	StartWorker func(ctx context.Context) (*os.Process, error)
+	// WorkerCommand is the command of one `newsfeed work` process, not yet
+	// started (and with Stderr unset): the bench starts it, watches it, and
+	// fails the stage it serves if it exits before the stage ends.
+	WorkerCommand func() (*exec.Cmd, error)
 }
 
 type runner struct {
@@ -117,12 +120,14 @@ type runner struct {
 	// ownWorkers is set once the in-process workers are stopped for worker
 	// processes of the bench's own.
 	ownWorkers bool
+	// workers counts the worker processes started, to name them.
+	workers int
 }
 
 // stopInProcessWorkers stops the in-process workers, once, and reports
 // whether the bench can run worker processes of its own.
 func (r *runner) stopInProcessWorkers() bool {
-	if r.h.StopWorkers == nil || r.h.StartWorker == nil {
+	if r.h.StopWorkers == nil || r.h.WorkerCommand == nil {
 		return false
 	}
 	if !r.ownWorkers {
@@ -132,9 +137,12 @@ func (r *runner) stopInProcessWorkers() bool {
 	return true
 }
 
-// Run seeds the graph, runs every stage and returns the report.
+// Run seeds the graph, runs every stage and returns the report. A worker
+// process that exits before its stage ends fails the stage with the way it
+// exited and the last lines of its stderr.
 func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Report, error) {
 	opts.setDefaults()
+	progress = &lockedWriter{w: progress} // the workers' stderr goes there too
 	r := &runner{
 		opts: opts, h: h, pool: h.Pool, db: store.New(h.Pool, nil), rdb: h.Redis, progress: progress,
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
@@ -163,11 +171,53 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 			continue
 		}
 		fmt.Fprintf(progress, "stage: %s\n", s.name)
-		if err := s.fn(ctx); err != nil {
+		if err := runStage(ctx, s.fn); err != nil {
 			return r.report, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
 	return r.report, nil
+}
+
+// stageFailure is how startWorker reaches the stage it serves.
+type stageFailure struct{}
+
+// runStage runs one stage with a context that a worker process's exit
+// cancels; the stage's error is then the worker's.
+func runStage(ctx context.Context, fn func(context.Context) error) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	err := fn(context.WithValue(ctx, stageFailure{}, cancel))
+	var exit *ExitError
+	if cause := context.Cause(ctx); errors.As(cause, &exit) {
+		return exit // whatever the stage saw next (context canceled) follows from it
+	}
+	return err
+}
+
+// startWorker starts a worker process for the stage of ctx, which ends with
+// the process's error if it exits before the stage stops it. The caller
+// stops it (Stop) before the stage returns.
+func (r *runner) startWorker(ctx context.Context) (*Process, error) {
+	cmd, err := r.h.WorkerCommand()
+	if err != nil {
+		return nil, fmt.Errorf("worker process: %w", err)
+	}
+	r.workers++
+	p, err := StartProcess(fmt.Sprintf("worker %d", r.workers), cmd, r.progress)
+	if err != nil {
+		return nil, err
+	}
+	fail, _ := ctx.Value(stageFailure{}).(context.CancelCauseFunc)
+	go func() {
+		select {
+		case <-p.Done():
+			if err := p.Err(); err != nil && fail != nil {
+				fail(err)
+			}
+		case <-ctx.Done():
+		}
+	}()
+	return p, nil
 }
 
 func (r *runner) feedKey(user int64) string {
@@ -587,13 +637,13 @@ func (r *runner) rawRead(ctx context.Context, user int64) error {
 // finished, against raw pipelined ZADD of as many entries; and the peak
 // memory of the worker process that did it.
 func (r *runner) bigFanout(ctx context.Context) error {
-	var proc *os.Process
+	var proc *Process
 	if r.stopInProcessWorkers() {
 		var err error
-		if proc, err = r.h.StartWorker(ctx); err != nil {
-			return fmt.Errorf("start worker process: %w", err)
+		if proc, err = r.startWorker(ctx); err != nil {
+			return err
 		}
-		defer func() { _ = proc.Kill(); _, _ = proc.Wait() }()
+		defer proc.Stop()
 	}
 	fmt.Fprintf(r.progress, "  one post to %s followers…\n", humanInt(r.opts.BigFollowers))
 	took, err := r.timeOnePost(ctx, authorBig)
@@ -602,7 +652,7 @@ func (r *runner) bigFanout(ctx context.Context) error {
 	}
 	var peakRSS float64
 	if proc != nil {
-		peakRSS = vmHWM(proc.Pid)
+		peakRSS = vmHWM(proc.Pid())
 	}
 	raw, err := r.rawOnePost(ctx, r.opts.BigFollowers)
 	if err != nil {
@@ -661,17 +711,16 @@ func (r *runner) chunkedFanout(ctx context.Context) error {
 		return nil
 	}
 	var took []time.Duration
-	var procs []*os.Process
+	var procs []*Process
 	defer func() {
 		for _, p := range procs {
-			_ = p.Kill()
-			_, _ = p.Wait()
+			p.Stop()
 		}
 	}()
 	for workers := 1; workers <= 2; workers++ {
-		p, err := r.h.StartWorker(ctx)
+		p, err := r.startWorker(ctx)
 		if err != nil {
-			return fmt.Errorf("start worker process: %w", err)
+			return err
 		}
 		procs = append(procs, p)
 		d, err := r.timeOnePost(ctx, authorWide)
@@ -695,11 +744,11 @@ func (r *runner) chunkedFanout(ctx context.Context) error {
 // Redis memory that skipping them saves.
 func (r *runner) inactiveFollowers(ctx context.Context) error {
 	if r.ownWorkers { // the in-process workers were stopped: bring one
-		p, err := r.h.StartWorker(ctx)
+		p, err := r.startWorker(ctx)
 		if err != nil {
-			return fmt.Errorf("start worker process: %w", err)
+			return err
 		}
-		defer func() { _ = p.Kill(); _, _ = p.Wait() }()
+		defer p.Stop()
 	}
 	if _, err := r.timeOnePost(ctx, authorAway); err != nil {
 		return err
