@@ -1,6 +1,25 @@
--- newsfeed schema. Applied by `newsfeed migrate` (and `newsfeed all`) under an
--- advisory lock; every statement is idempotent, so it is safe on every deploy
--- and when two migrations run at once.
+-- newsfeed schema: the whole of it, for a new database and for every upgrade.
+-- `newsfeed migrate` (and `newsfeed all`) apply it on every deploy, while the
+-- service serves, through store.Migrate (store/migrate.go), which
+--   * checks each statement against the catalog first and skips it when it is
+--     already applied: a current schema changes nothing and locks no table;
+--   * runs the rest in one transaction (all or nothing) under a short
+--     lock_timeout, retried with backoff, so that it never stalls the queries
+--     queued behind a lock it waits for;
+--   * builds an index of a table that already existed with CREATE INDEX
+--     CONCURRENTLY after that transaction (reads and writes go on), and builds
+--     again an index that a failed concurrent build left INVALID;
+--   * holds an advisory lock, so that two migrations run one after the other.
+-- So every statement is one of the forms store.Migrate can check:
+--   CREATE TABLE IF NOT EXISTS t / CREATE SEQUENCE IF NOT EXISTS s
+--   ALTER TABLE t ADD COLUMN IF NOT EXISTS c ...   (one action per statement)
+--   ALTER SEQUENCE s OWNED BY t.c
+--   CREATE [UNIQUE] INDEX IF NOT EXISTS i ON t ...
+-- Another form would run on every deploy (a test fails: a current schema must
+-- run nothing). Each is idempotent by itself too, so `psql -f schema.sql` works.
+-- An upgrade adds statements below the CREATE TABLE it changes (databases that
+-- have the table never run its CREATE again); an added column must not
+-- rewrite the table (no volatile default).
 
 -- Post ids double as Redis sorted-set scores, which are float64: the sequence
 -- stops at 2^53-1 so that every score is exact (mastodon learned this late).

@@ -122,35 +122,6 @@ func CreateDatabase(ctx context.Context, url string) error {
 	return nil
 }
 
-// migrateLockID is the advisory lock that serializes concurrent migrations.
-const migrateLockID = 0x6e6577736665 // "newsfe"
-
-// Migrate applies schema under an advisory lock. The schema is idempotent,
-// so running it again, or twice at once, is safe.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	defer conn.Release()
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockID); err != nil {
-		return fmt.Errorf("migrate: take lock: %w", err)
-	}
-	defer func() {
-		// Unlock on a fresh context: the lock must go even if ctx was cancelled.
-		unlockCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		if _, err := conn.Exec(unlockCtx, "SELECT pg_advisory_unlock($1)", migrateLockID); err != nil {
-			conn.Conn().Close(unlockCtx) // a closed session drops its locks
-		}
-	}()
-	// The simple protocol runs the multi-statement script in one implicit transaction.
-	if _, err := conn.Conn().PgConn().Exec(ctx, schema).ReadAll(); err != nil {
-		return fmt.Errorf("migrate: %w", err)
-	}
-	return nil
-}
-
 // queryIDs runs a query of one bigint column on the primary and returns the
 // column; errors are wrapped with what the query is for.
 func (db *DB) queryIDs(ctx context.Context, what, sql string, args ...any) ([]int64, error) {
