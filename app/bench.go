@@ -133,7 +133,7 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 		return bench.Harness{}, nil, err
 	}
 	benchCfg.Database.URL = dbURL
-	if err := runMigrate(ctx, &benchCfg, assets.Schema); err != nil {
+	if _, err := runMigrate(ctx, &benchCfg, assets.Schema); err != nil {
 		return bench.Harness{}, nil, err
 	}
 	addr, err := freeAddr()

@@ -105,7 +105,7 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 			defer func() { _ = log.Sync() }()
 			ctx := cmd.Context()
 			if migrate {
-				if err := runMigrate(ctx, cfg, assets.Schema); err != nil {
+				if _, err := runMigrate(ctx, cfg, assets.Schema); err != nil {
 					return stoppedOr(ctx, err)
 				}
 			}
@@ -145,29 +145,36 @@ func migrateCommand(load loadFunc, assets Assets) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := runMigrate(cmd.Context(), cfg, assets.Schema); err != nil {
+			report, err := runMigrate(cmd.Context(), cfg, assets.Schema)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintln(cmd.ErrOrStderr(), "schema applied")
+			if len(report.Applied) == 0 {
+				fmt.Fprintln(cmd.ErrOrStderr(), "schema applied (already current: nothing ran, no table locked)")
+				return nil
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "schema applied (%d statements ran, %d retries after lock timeouts)\n",
+				len(report.Applied), report.Retries)
 			return nil
 		},
 	}
 }
 
-// runMigrate creates the database if it is missing, then applies the schema.
-func runMigrate(ctx context.Context, cfg *Config, schema string) error {
+// runMigrate creates the database if it is missing, then applies the schema
+// and says what ran.
+func runMigrate(ctx context.Context, cfg *Config, schema string) (store.MigrateReport, error) {
 	pool, err := store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
 	if store.IsDatabaseMissing(err) {
 		if err := store.CreateDatabase(ctx, cfg.Database.URL); err != nil {
-			return fmt.Errorf("database.url: %w", err)
+			return store.MigrateReport{}, fmt.Errorf("database.url: %w", err)
 		}
 		pool, err = store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
 	}
 	if err != nil {
-		return fmt.Errorf("database.url: %w", err)
+		return store.MigrateReport{}, fmt.Errorf("database.url: %w", err)
 	}
 	defer pool.Close()
-	return store.Migrate(ctx, pool, schema)
+	return store.MigrateWith(ctx, pool, schema, store.MigrateOptions{})
 }
 
 func tokenCommand(load loadFunc) *cobra.Command {
