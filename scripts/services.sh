@@ -139,7 +139,9 @@ if [ -n "$pg_cluster" ] || ! pg_answers "$default_port"; then
     [ "$hba_changed" = yes ] && pg_ctlcluster --skip-systemctl-redirect "$pg_version" "$pg_cluster" reload
   elif as_root; then
     say "starting $name (port $pg_port)"
-    pg_ctlcluster --skip-systemctl-redirect "$pg_version" "$pg_cluster" start || true
+    # On failure pg_ctlcluster prints the log's end itself.
+    pg_ctlcluster --skip-systemctl-redirect "$pg_version" "$pg_cluster" start ||
+      die "$name did not start; its configuration is in /etc/postgresql/$pg_version/$pg_cluster/, its log $pg_log"
   else
     die "$name is down; start it with:
   sudo pg_ctlcluster --skip-systemctl-redirect $pg_version $pg_cluster start"
