@@ -106,7 +106,11 @@ pick_cluster() {
     as_root || die "PostgreSQL ${server%%/*} has no cluster; create one with:
   sudo pg_createcluster ${server%%/*} main"
     say "creating PostgreSQL cluster ${server%%/*}/main"
-    pg_createcluster "${server%%/*}" main >/dev/null
+    # UTF-8, as the packages' own cluster is: under the C locale (a bare
+    # environment) initdb would pick SQL_ASCII, where lengths count bytes.
+    local opts=()
+    [ "$(locale charmap 2>/dev/null)" = UTF-8 ] || opts=(--locale C.UTF-8)
+    pg_createcluster "${opts[@]}" "${server%%/*}" main >/dev/null
     created=yes
     clusters=$(pg_lsclusters -h)
   fi
