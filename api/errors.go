@@ -8,7 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
 
-	"github.com/newsfeed/newsfeed/store"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // Error is an error the client caused or must know about, with its status and
@@ -37,9 +37,9 @@ var domainErrors = []struct {
 	err error
 	api *Error
 }{
-	{store.ErrNotFound, newError(http.StatusNotFound, "not_found", "no such post")},
-	{store.ErrForbidden, newError(http.StatusForbidden, "forbidden", "only the author may do that")},
-	{store.ErrSelfFollow, newError(http.StatusUnprocessableEntity, "cannot_follow_self", "you cannot follow yourself")},
+	{domain.ErrNotFound, newError(http.StatusNotFound, "not_found", "no such post")},
+	{domain.ErrForbidden, newError(http.StatusForbidden, "forbidden", "only the author may do that")},
+	{domain.ErrSelfFollow, newError(http.StatusUnprocessableEntity, "cannot_follow_self", "you cannot follow yourself")},
 }
 
 // echoStatusCodes maps the errors echo itself raises (routing, method).

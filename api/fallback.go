@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // TruthReader reads a home feed from PostgreSQL, the truth the Redis feeds
@@ -16,7 +16,7 @@ import (
 type TruthReader interface {
 	// FolloweePosts returns up to limit live posts with id < before by the
 	// people followerID follows, newest first.
-	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]feed.Post, error)
+	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error)
 }
 
 // feedFallback serves home feed pages from PostgreSQL while the feeds in
@@ -45,7 +45,7 @@ func newFeedFallback(truth TruthReader, concurrency int, reg prometheus.Register
 }
 
 // read answers a page from PostgreSQL after the feed read failed with cause.
-func (f *feedFallback) read(ctx context.Context, userID, before int64, limit int, cause error) (feed.Page, error) {
+func (f *feedFallback) read(ctx context.Context, userID, before int64, limit int, cause error) (domain.FeedPage, error) {
 	if f.down.CompareAndSwap(false, true) {
 		f.log.Warn("home feeds cannot be read from Redis; reading PostgreSQL", zap.Error(cause))
 	}
@@ -54,17 +54,17 @@ func (f *feedFallback) read(ctx context.Context, userID, before int64, limit int
 		defer func() { <-f.slots }()
 	default:
 		f.reads.WithLabelValues("refused").Inc()
-		return feed.Page{}, cause // 503: as many fallback reads as allowed are running
+		return domain.FeedPage{}, cause // 503: as many fallback reads as allowed are running
 	}
 	if before <= 0 {
 		before = math.MaxInt64
 	}
 	posts, err := f.truth.FolloweePosts(ctx, userID, before, limit+1)
 	if err != nil {
-		return feed.Page{}, err
+		return domain.FeedPage{}, err
 	}
 	f.reads.WithLabelValues("served").Inc()
-	return feed.Page{Posts: posts}, nil // postPage cuts the extra one into a cursor
+	return domain.FeedPage{Posts: posts}, nil // postPage cuts the extra one into a cursor
 }
 
 // recovered notes a feed read that Redis served.

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -23,7 +24,7 @@ type heldTruth struct {
 	entered, release chan struct{}
 }
 
-func (h *heldTruth) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]feed.Post, error) {
+func (h *heldTruth) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
 	h.entered <- struct{}{}
 	<-h.release
 	return h.DB.FolloweePosts(ctx, follower, before, limit)

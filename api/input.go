@@ -15,7 +15,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/newsfeed/newsfeed/store"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // MaxBodyBytes is the largest request body accepted.
@@ -220,13 +220,13 @@ func decodePostCursor(s string) (int64, error) {
 }
 
 // A follow cursor names the (since, user id) of the last edge returned.
-func encodeFollowCursor(c store.FollowCursor) *string {
+func encodeFollowCursor(c domain.FollowCursor) *string {
 	s := base64.RawURLEncoding.EncodeToString([]byte(
 		"f" + strconv.FormatInt(c.Since.UnixMicro(), 10) + ":" + strconv.FormatInt(c.UserID, 10)))
 	return &s
 }
 
-func decodeFollowCursor(s string) (*store.FollowCursor, error) {
+func decodeFollowCursor(s string) (*domain.FollowCursor, error) {
 	if s == "" {
 		return nil, nil
 	}
@@ -244,5 +244,5 @@ func decodeFollowCursor(s string) (*store.FollowCursor, error) {
 	if err1 != nil || err2 != nil || us < 0 || us > maxCursorMicros {
 		return nil, errBadCursor
 	}
-	return &store.FollowCursor{Since: time.UnixMicro(us).UTC(), UserID: uid}, nil
+	return &domain.FollowCursor{Since: time.UnixMicro(us).UTC(), UserID: uid}, nil
 }

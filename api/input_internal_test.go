@@ -1,6 +1,9 @@
 package api
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestHasLoneSurrogate(t *testing.T) {
 	t.Parallel()
@@ -35,6 +38,20 @@ func TestCursorsRoundTrip(t *testing.T) {
 	for _, bad := range []string{"!!!", "abc", "cDA", "cC0x", "ZjE6Mg"} {
 		if _, err := decodePostCursor(bad); err == nil {
 			t.Errorf("decodePostCursor(%q) accepted", bad)
+		}
+	}
+}
+
+func TestRetryAfterSeconds(t *testing.T) {
+	for d, want := range map[time.Duration]int{
+		time.Millisecond:       1,
+		time.Second:            1,
+		time.Second + 1:        2,
+		20 * time.Second:       20,
+		59*time.Second + 999e6: 60,
+	} {
+		if got := retryAfterSeconds(d); got != want {
+			t.Errorf("retryAfterSeconds(%s) = %d, want %d", d, got, want)
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
@@ -169,7 +170,7 @@ type tb interface {
 // stops within milliseconds when its check ends.
 type quickQueue struct{ *queue.Queue }
 
-func (q quickQueue) Read(ctx context.Context, consumer string, count int, _ time.Duration) ([]queue.Ticket, error) {
+func (q quickQueue) Read(ctx context.Context, consumer string, count int, _ time.Duration) ([]domain.Delivery, error) {
 	return q.Queue.Read(ctx, consumer, count, 5*time.Millisecond)
 }
 
@@ -323,7 +324,7 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 				t.Skip("no event to redeliver")
 			}
 			e := rapid.SampledFrom(events).Draw(t, "event")
-			if _, errs := m.queue.Publish(context.Background(), []outbox.Event{e}); errs[0] != nil {
+			if _, errs := m.queue.Publish(context.Background(), []domain.Event{e}); errs[0] != nil {
 				t.Fatal(errs[0])
 			}
 			m.deliver(t)
@@ -566,7 +567,7 @@ FROM outbox WHERE id > $1`, m.firstEvent).Scan(&open, &dead)
 
 // pastEvents returns this check's finished outbox events as the queue
 // carries them.
-func (m *model) pastEvents(t *rapid.T) []outbox.Event {
+func (m *model) pastEvents(t *rapid.T) []domain.Event {
 	rows, err := m.pool.Query(context.Background(), `
 SELECT id, event_type, payload, attempts, created_at FROM outbox
 WHERE id > $1 AND status = 'done' ORDER BY id`, m.firstEvent)
@@ -574,9 +575,9 @@ WHERE id > $1 AND status = 'done' ORDER BY id`, m.firstEvent)
 		t.Fatal(err)
 	}
 	defer rows.Close()
-	var events []outbox.Event
+	var events []domain.Event
 	for rows.Next() {
-		var e outbox.Event
+		var e domain.Event
 		if err := rows.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.CreatedAt); err != nil {
 			t.Fatal(err)
 		}

@@ -10,14 +10,15 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-
-	"github.com/newsfeed/newsfeed/ratelimit"
 )
 
 // RateLimiter counts one user's events of an action, shared by every serve
 // process (ratelimit.Limiter, in Redis).
 type RateLimiter interface {
-	Allow(ctx context.Context, action string, user int64, perMinute int) (ratelimit.Decision, error)
+	// Allow counts one event of action by user against perMinute a minute
+	// and returns 0 when it may happen, otherwise how long until the next
+	// one would be allowed.
+	Allow(ctx context.Context, action string, user int64, perMinute int) (wait time.Duration, err error)
 }
 
 // The actions that are limited, as they appear in keys and metrics.
@@ -72,7 +73,7 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 		}
 		return func(c echo.Context) error {
 			ctx, cancel := context.WithTimeout(c.Request().Context(), rateLimitWait)
-			d, err := rl.limiter.Allow(ctx, action, userID(c), perMinute)
+			wait, err := rl.limiter.Allow(ctx, action, userID(c), perMinute)
 			cancel()
 			switch {
 			case err != nil:
@@ -84,9 +85,9 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 			case rl.down.CompareAndSwap(true, false):
 				rl.log.Info("rate limiter answers again")
 			}
-			if !d.Allowed {
+			if wait > 0 {
 				rl.rejected.WithLabelValues(action).Inc()
-				secs := ratelimit.RetryAfterSeconds(d.RetryAfter)
+				secs := retryAfterSeconds(wait)
 				c.Response().Header().Set("Retry-After", strconv.Itoa(secs))
 				return newError(http.StatusTooManyRequests, "rate_limited",
 					"too many "+action+": at most "+strconv.Itoa(perMinute)+" a minute; retry in "+strconv.Itoa(secs)+"s")
@@ -94,4 +95,11 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// retryAfterSeconds is d in whole seconds, rounded up and at least 1: the
+// value of a Retry-After header that never invites a retry too early.
+func retryAfterSeconds(d time.Duration) int {
+	s := int((d + time.Second - 1) / time.Second)
+	return max(s, 1)
 }

@@ -169,4 +169,3 @@ func mustAtoi(t *testing.T, s string) float64 {
 	require.NoError(t, err)
 	return float64(n)
 }
-

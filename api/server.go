@@ -14,29 +14,28 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/store"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // Posts is the posts side of the store.
 type Posts interface {
-	CreatePost(ctx context.Context, authorID int64, body, key string) (feed.Post, bool, error)
-	Post(ctx context.Context, id int64) (feed.Post, error)
+	CreatePost(ctx context.Context, authorID int64, body, key string) (domain.Post, bool, error)
+	Post(ctx context.Context, id int64) (domain.Post, error)
 	DeletePost(ctx context.Context, id, authorID int64) error
-	AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]feed.Post, error)
+	AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]domain.Post, error)
 }
 
 // Graph is the follows side of the store.
 type Graph interface {
 	Follow(ctx context.Context, follower, followee int64) (bool, error)
 	Unfollow(ctx context.Context, follower, followee int64) (bool, error)
-	Followers(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
-	Following(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
+	Followers(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
+	Following(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 }
 
 // Feeds reads home feeds and keeps them right after follows and deletes.
 type Feeds interface {
-	Read(ctx context.Context, userID, before int64, limit int) (feed.Page, error)
+	Read(ctx context.Context, userID, before int64, limit int) (domain.FeedPage, error)
 	Followed(ctx context.Context, follower, followee int64) (int, error)
 	Unfollowed(ctx context.Context, follower, followee int64) error
 	Drop(ctx context.Context, userID int64) error
@@ -255,7 +254,7 @@ func (s *Server) unfollow(c echo.Context) error {
 func (s *Server) followers(c echo.Context) error { return s.listFollows(c, s.graph.Followers) }
 func (s *Server) following(c echo.Context) error { return s.listFollows(c, s.graph.Following) }
 
-type listFollowsFunc func(ctx context.Context, userID int64, after *store.FollowCursor, limit int) ([]store.Follow, error)
+type listFollowsFunc func(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 
 func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
 	id, err := pathID(c, "id")
@@ -274,11 +273,11 @@ func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
 	if err != nil {
 		return err
 	}
-	out := page[store.Follow]{Items: follows}
+	out := page[domain.Follow]{Items: follows}
 	if len(follows) > limit {
 		out.Items = follows[:limit]
 		last := follows[limit-1]
-		out.NextCursor = encodeFollowCursor(store.FollowCursor{Since: last.Since, UserID: last.UserID})
+		out.NextCursor = encodeFollowCursor(domain.FollowCursor{Since: last.Since, UserID: last.UserID})
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -296,7 +295,7 @@ func (s *Server) userPosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, postPage(feed.Page{Posts: posts}, limit))
+	return c.JSON(http.StatusOK, postPage(domain.FeedPage{Posts: posts}, limit))
 }
 
 func (s *Server) homeFeed(c echo.Context) error {
@@ -321,10 +320,10 @@ func (s *Server) homeFeed(c echo.Context) error {
 
 // postPage shapes posts as a page; with more than limit posts (a listing that
 // asked for one extra) or a Next from the feed, it has a next cursor.
-func postPage(p feed.Page, limit int) page[feed.Post] {
-	out := page[feed.Post]{Items: p.Posts}
+func postPage(p domain.FeedPage, limit int) page[domain.Post] {
+	out := page[domain.Post]{Items: p.Posts}
 	if out.Items == nil {
-		out.Items = []feed.Post{}
+		out.Items = []domain.Post{}
 	}
 	next := p.Next
 	if len(p.Posts) > limit {

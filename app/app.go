@@ -26,6 +26,7 @@ import (
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 	"github.com/newsfeed/newsfeed/ratelimit"
@@ -164,7 +165,9 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 		rdb = redis.NewClient(opts)
 	}
 	deadline := time.Now().Add(cfg.Database.ConnectWait)
-	for delay := 100 * time.Millisecond; ; delay = min(2*delay, 2*time.Second) {
+	wait := backoff.Doubling{Max: 2 * time.Second}
+	for {
+		delay := wait.Next()
 		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		err := rdb.Ping(pingCtx).Err()
 		cancel()
@@ -180,10 +183,7 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 			_ = rdb.Close()
 			return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
+		backoff.Sleep(ctx, delay)
 	}
 }
 
@@ -296,7 +296,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			Lease:          cfg.Outbox.Lease,
 			RedeliverAfter: cfg.Outbox.RedeliverAfter,
 			MaxAttempts:    cfg.Outbox.MaxAttempts,
-			Backoff:        outbox.Backoff{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+			Backoff:        backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
 			Retention:      cfg.Outbox.Retention,
 			Wake:           wake,
 			Metrics:        s.dispatchMetrics,
@@ -315,7 +315,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			ClaimIdle:       cfg.Queue.ClaimIdle,
 			MaxDeliveries:   cfg.Queue.MaxDeliveries,
 			MaxAttempts:     cfg.Outbox.MaxAttempts,
-			Backoff:         outbox.Backoff{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+			Backoff:         backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
 			RedeliverAfter:  cfg.Outbox.RedeliverAfter,
 			ShutdownTimeout: cfg.ShutdownTimeout,
 			Metrics:         s.fanoutMetrics,

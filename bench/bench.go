@@ -31,7 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/api"
-	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -621,9 +621,9 @@ func (r *runner) rawRead(ctx context.Context, user int64) error {
 	if err != nil {
 		return err
 	}
-	posts := make([]feed.Post, 0, len(ids))
+	posts := make([]domain.Post, 0, len(ids))
 	for _, c := range cmds {
-		var p feed.Post
+		var p domain.Post
 		if err := json.Unmarshal([]byte(c.Val()), &p); err != nil {
 			return err
 		}

@@ -11,9 +11,9 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
 )
 
 // setFollowers sets the maintained follower count of author (the bulk
@@ -181,8 +181,8 @@ func TestCelebrity(t *testing.T) {
 		require.Zero(t, b.feedsHolding(t, followers, postID))
 
 		b.setFollowers(t, author, threshold)
-		b.redeliver(t, b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)), 2)
-		b.waitTickets(t, outbox.PostCreated, "done", 2)
+		b.redeliver(t, b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)), 2)
+		b.waitTickets(t, domain.PostCreated, "done", 2)
 		require.Equal(t, len(followers), b.feedsHolding(t, followers, postID))
 
 		require.NoError(t, b.db.DeletePost(t.Context(), postID, author))
@@ -200,8 +200,8 @@ func TestCelebrity(t *testing.T) {
 		require.Equal(t, len(followers), b.feedsHolding(t, followers, postID))
 
 		b.setFollowers(t, author, 2*threshold)
-		b.redeliver(t, b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)), 2)
-		b.waitTickets(t, outbox.PostCreated, "done", 2)
+		b.redeliver(t, b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)), 2)
+		b.waitTickets(t, domain.PostCreated, "done", 2)
 
 		require.NoError(t, b.db.DeletePost(t.Context(), postID, author))
 		b.deliver(t)

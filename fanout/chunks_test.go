@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
 )
 
 // deliverAll is deliver for events that running workers write themselves
@@ -39,7 +39,7 @@ func (b *testBundle) dispatchN(t *testing.T, n int) {
 // chunkRow is a fanout.chunk row.
 type chunkRow struct {
 	ID      int64
-	Payload outbox.ChunkPayload
+	Payload domain.ChunkPayload
 	Status  string
 }
 
@@ -90,17 +90,17 @@ func TestChunkedFanout(t *testing.T) {
 		parent := b.postRow(t, postID)
 		require.Equal(t, "done", parent.Status)
 		chunks := b.chunksOf(t, parent.ID)
-		require.Equal(t, []outbox.ChunkPayload{
+		require.Equal(t, []domain.ChunkPayload{
 			{PostID: postID, AuthorID: author, After: 0, Until: 11},
 			{PostID: postID, AuthorID: author, After: 11, Until: 21},
 			{PostID: postID, AuthorID: author, After: 21, Until: 0},
-		}, []outbox.ChunkPayload{chunks[0].Payload, chunks[1].Payload, chunks[2].Payload})
+		}, []domain.ChunkPayload{chunks[0].Payload, chunks[1].Payload, chunks[2].Payload})
 		require.Len(t, chunks, 3)
 		for _, c := range chunks {
 			require.Equal(t, "done", c.Status)
 		}
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "split"))
-		require.EqualValues(t, 3, b.tickets(t, outbox.FanoutChunk, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "split"))
+		require.EqualValues(t, 3, b.tickets(t, domain.FanoutChunk, "done"))
 		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"))
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"), "one post delivered")
 		b.requireQueueEmpty(t)
@@ -111,23 +111,23 @@ func TestChunkedFanout(t *testing.T) {
 		b, _, followers := big(t)
 		postID := b.post(t, author)
 		b.dispatchN(t, 1)
-		b.waitTickets(t, outbox.PostCreated, "split", 1)
+		b.waitTickets(t, domain.PostCreated, "split", 1)
 		parent := b.postRow(t, postID)
 		require.Len(t, b.chunksOf(t, parent.ID), 3)
 
 		// Its ticket again, before any chunk ran.
 		b.redeliver(t, parent, 2)
-		b.waitTickets(t, outbox.PostCreated, "split", 2)
+		b.waitTickets(t, domain.PostCreated, "split", 2)
 		require.Len(t, b.chunksOf(t, parent.ID), 3)
 
 		b.deliverAll(t)
 		b.requireOncePerFollower(t, followers, postID)
-		require.EqualValues(t, 3, b.tickets(t, outbox.FanoutChunk, "done"))
+		require.EqualValues(t, 3, b.tickets(t, domain.FanoutChunk, "done"))
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"))
 
 		// And after they all ran.
 		b.redeliver(t, parent, 3)
-		b.waitTickets(t, outbox.PostCreated, "split", 3)
+		b.waitTickets(t, domain.PostCreated, "split", 3)
 		require.Len(t, b.chunksOf(t, parent.ID), 3)
 		require.Zero(t, b.unfinished(t))
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"))
@@ -144,7 +144,7 @@ func TestChunkedFanout(t *testing.T) {
 
 		for i, c := range chunks {
 			b.redeliver(t, b.row(t, c.ID), 2)
-			b.waitTickets(t, outbox.FanoutChunk, "done", 3+i+1)
+			b.waitTickets(t, domain.FanoutChunk, "done", 3+i+1)
 		}
 		require.Greater(t, feeds.pushes.Load(), pushes, "the chunks ran again")
 		b.requireOncePerFollower(t, followers, postID)
@@ -158,7 +158,7 @@ func TestChunkedFanout(t *testing.T) {
 		b, feeds, followers := big(t)
 		postID := b.post(t, author)
 		b.dispatchN(t, 1)
-		b.waitTickets(t, outbox.PostCreated, "split", 1)
+		b.waitTickets(t, domain.PostCreated, "split", 1)
 		require.NoError(t, b.db.DeletePost(t.Context(), postID, author))
 
 		b.deliverAll(t)
@@ -166,7 +166,7 @@ func TestChunkedFanout(t *testing.T) {
 		for _, u := range followers {
 			require.Empty(t, b.feedPosts(t, u), "follower %d", u)
 		}
-		require.EqualValues(t, 3, b.tickets(t, outbox.FanoutChunk, "done"))
+		require.EqualValues(t, 3, b.tickets(t, domain.FanoutChunk, "done"))
 		require.Equal(t, "done", b.postRow(t, postID).Status)
 		b.requireQueueEmpty(t)
 	})

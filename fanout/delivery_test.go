@@ -8,9 +8,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
 )
 
 // histogramSum is the sum of the observations of histogram name.
@@ -34,7 +34,7 @@ func (b *testBundle) histogramSum(t tb, name string) float64 {
 // lost acknowledgement, a takeover or a republication does.
 func (b *testBundle) redeliver(t *testing.T, r outboxRow, attempt int) {
 	t.Helper()
-	b.publish(t, outbox.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: attempt, CreatedAt: time.Now()})
+	b.publish(t, domain.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: attempt, CreatedAt: time.Now()})
 }
 
 // waitTickets waits until n tickets of typ ended with outcome and none is pending.
@@ -63,9 +63,9 @@ func TestDeliveryMetric(t *testing.T) {
 
 		// The same post.created again: the fan-out runs again (it changes
 		// nothing), but the post was delivered once.
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		b.redeliver(t, r, 2)
-		b.waitTickets(t, outbox.PostCreated, "done", 2)
+		b.waitTickets(t, domain.PostCreated, "done", 2)
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"), "a redelivery observed the delivery again")
 		for _, u := range followers {
 			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
@@ -92,7 +92,7 @@ func TestDeliveryMetric(t *testing.T) {
 		b.publish(t, events[0])
 
 		run(t, w)
-		b.waitTickets(t, outbox.PostCreated, "done", 1)
+		b.waitTickets(t, domain.PostCreated, "done", 1)
 		var upper float64
 		require.NoError(t, b.pool.QueryRow(t.Context(),
 			`SELECT extract(epoch FROM now() - created_at)::float8 FROM outbox WHERE id = $1`, events[0].ID).Scan(&upper))

@@ -9,9 +9,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
 )
 
 // followRow returns the outbox row of the follow event typ of reader.
@@ -50,8 +50,8 @@ func TestFollowState(t *testing.T) {
 		entries := b.metric(t, "newsfeed_fanout_entries_total")
 		merges := counted.followed.Load()
 
-		b.redeliver(t, b.followRow(t, outbox.FollowCreated, reader), 2)
-		b.waitTickets(t, outbox.FollowCreated, "done", 2)
+		b.redeliver(t, b.followRow(t, domain.FollowCreated, reader), 2)
+		b.waitTickets(t, domain.FollowCreated, "done", 2)
 
 		require.Equal(t, merges, counted.followed.Load(), "the unfollowed author's posts were merged into the feed")
 		require.Equal(t, entries, b.metric(t, "newsfeed_fanout_entries_total"))
@@ -71,8 +71,8 @@ func TestFollowState(t *testing.T) {
 		require.Equal(t, posts, b.feedPosts(t, reader))
 		removals := counted.unfollowed.Load()
 
-		b.redeliver(t, b.followRow(t, outbox.FollowDeleted, reader), 2)
-		b.waitTickets(t, outbox.FollowDeleted, "done", 2)
+		b.redeliver(t, b.followRow(t, domain.FollowDeleted, reader), 2)
+		b.waitTickets(t, domain.FollowDeleted, "done", 2)
 
 		require.Equal(t, removals, counted.unfollowed.Load(), "the followed author's posts were taken out of the feed")
 		require.Equal(t, posts, b.feedPosts(t, reader))
@@ -102,7 +102,7 @@ func TestFollowState(t *testing.T) {
 		_, err := b.db.Follow(t.Context(), reader, followee)
 		require.NoError(t, err)
 		b.dispatchN(t, 1) // the follow.created only: the unfollow's event is written later
-		b.waitTickets(t, outbox.FollowCreated, "done", 1)
+		b.waitTickets(t, domain.FollowCreated, "done", 1)
 
 		require.EqualValues(t, 1, hooked.followed.Load())
 		require.EqualValues(t, 1, hooked.unfollowed.Load(), "the change was not applied")
@@ -138,8 +138,8 @@ func TestFollowState(t *testing.T) {
 		// follow.deleted's removal races with a new follow.
 		b.dispatchN(t, 2)
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 1, b.tickets(c, outbox.FollowCreated, "done"))
-			require.EqualValues(c, 1, b.tickets(c, outbox.FollowDeleted, "done"))
+			require.EqualValues(c, 1, b.tickets(c, domain.FollowCreated, "done"))
+			require.EqualValues(c, 1, b.tickets(c, domain.FollowDeleted, "done"))
 		})
 		require.Equal(t, posts, b.feedPosts(t, reader), "the new follow was undone")
 		b.deliver(t)
@@ -169,9 +169,9 @@ func TestFollowStateThatKeepsChanging(t *testing.T) {
 		run(t, b.newWorker(t, hooked, fanout.Config{}))
 		_, err := b.db.Follow(t.Context(), reader, followee)
 		require.NoError(t, err)
-		r := b.followRow(t, outbox.FollowCreated, reader)
+		r := b.followRow(t, domain.FollowCreated, reader)
 		b.dispatchN(t, 1) // not the events of the flips
-		b.waitTickets(t, outbox.FollowCreated, "failed", 1)
+		b.waitTickets(t, domain.FollowCreated, "failed", 1)
 
 		r = b.row(t, r.ID)
 		require.Equal(t, "pending", r.Status)

@@ -12,9 +12,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/queue"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -82,7 +83,7 @@ type hookedQueue struct {
 	reads, acks, deadLetters atomic.Int64
 }
 
-func (q *hookedQueue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]queue.Ticket, error) {
+func (q *hookedQueue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error) {
 	q.reads.Add(1)
 	if q.beforeRead != nil {
 		if err := q.beforeRead(ctx); err != nil {
@@ -102,7 +103,7 @@ func (q *hookedQueue) Ack(ctx context.Context, messageID string) error {
 	return q.Queue.Ack(ctx, messageID)
 }
 
-func (q *hookedQueue) DeadLetter(ctx context.Context, t queue.Ticket, cause string) error {
+func (q *hookedQueue) DeadLetter(ctx context.Context, t domain.Delivery, cause string) error {
 	q.deadLetters.Add(1)
 	if q.beforeDeadLetter != nil {
 		if err := q.beforeDeadLetter(ctx); err != nil {
@@ -126,7 +127,7 @@ func failTimes(n int64) func() error {
 // postRow is the post.created outbox row of postID.
 func (b *testBundle) postRow(t *testing.T, postID int64) outboxRow {
 	t.Helper()
-	return b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+	return b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 }
 
 // requireOncePerFollower checks that each follower's feed holds the post
@@ -167,14 +168,14 @@ func TestAtLeastOnce(t *testing.T) {
 		b.requireOncePerFollower(t, followers, postID)
 		require.Equal(t, "published", b.postRow(t, postID).Status)
 		require.EqualValues(t, 1, b.pending(t), "the ticket was acknowledged")
-		require.Zero(t, b.tickets(t, outbox.PostCreated, "done"))
+		require.Zero(t, b.tickets(t, domain.PostCreated, "done"))
 		require.Zero(t, b.metric(t, "newsfeed_delivery_seconds"))
 
 		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
 		b.deliver(t)
 		b.requireOncePerFollower(t, followers, postID)
 		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"), "the second push added nothing")
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "done"))
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"))
 		require.Equal(t, "done", b.postRow(t, postID).Status)
 		b.requireQueueEmpty(t)
@@ -196,7 +197,7 @@ func TestAtLeastOnce(t *testing.T) {
 		require.Equal(t, "published", r.Status, "the failure was not recorded, and the row waits as published")
 		require.Nil(t, r.LastError)
 		require.EqualValues(t, 1, b.pending(t), "the ticket was acknowledged")
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "failed"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "failed"))
 		require.Empty(t, b.deadTickets(t))
 
 		run(t, b.newWorker(t, feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
@@ -240,7 +241,7 @@ func TestAtLeastOnce(t *testing.T) {
 		postID := b.post(t, author)
 		b.dispatch(t)
 		// The worker takes its own unacknowledged ticket over and handles it again.
-		b.waitTickets(t, outbox.PostCreated, "done", 2)
+		b.waitTickets(t, domain.PostCreated, "done", 2)
 		require.EqualValues(t, 2, q.acks.Load())
 		b.requireOncePerFollower(t, followers, postID)
 		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"))
@@ -291,13 +292,13 @@ func TestUndeliverable(t *testing.T) {
 	t.Run("MissingPostIsRetriedLater", func(t *testing.T) {
 		t.Parallel()
 		// A replica may lag, an operator may restore the post: worth a retry.
-		w, b := setup(t, fanout.Config{Backoff: outbox.Backoff{Base: time.Hour, Max: time.Hour}}, feed.Config{})
+		w, b := setup(t, fanout.Config{Backoff: backoff.Schedule{Base: time.Hour, Max: time.Hour}}, feed.Config{})
 		var id int64
 		require.NoError(t, b.pool.QueryRow(t.Context(),
 			`INSERT INTO outbox (event_type, payload) VALUES ('post.created', '{"post_id": 999, "author_id": 1}') RETURNING id`).Scan(&id))
 		run(t, w)
 		b.dispatch(t)
-		b.waitTickets(t, outbox.PostCreated, "failed", 1)
+		b.waitTickets(t, domain.PostCreated, "failed", 1)
 		r := b.row(t, id)
 		require.Equal(t, "pending", r.Status)
 		require.Contains(t, *r.LastError, "does not exist")
@@ -317,7 +318,7 @@ func TestUndeliverable(t *testing.T) {
 		r := b.row(t, id)
 		require.Equal(t, "dead", r.Status)
 		require.Contains(t, *r.LastError, "is by user 1, not 2")
-		own := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d, "author_id": 1}`, postID))
+		own := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d, "author_id": 1}`, postID))
 		require.Equal(t, "done", own.Status, "the post's own event")
 		b.requireQueueEmpty(t)
 	})
@@ -327,11 +328,11 @@ func TestUndeliverable(t *testing.T) {
 		w, b := setup(t, fanout.Config{}, feed.Config{})
 		var ids []int64
 		for _, e := range [][2]string{
-			{outbox.FanoutChunk, `{"post_id": 1}`},
-			{outbox.FanoutChunk, `{"post_id": 1, "author_id": 1, "after": -1}`},
-			{outbox.FollowCreated, `{"follower_id": 1}`},
-			{outbox.FollowDeleted, `{}`},
-			{outbox.PostDeleted, `{"post_id": 1}`},
+			{domain.FanoutChunk, `{"post_id": 1}`},
+			{domain.FanoutChunk, `{"post_id": 1, "author_id": 1, "after": -1}`},
+			{domain.FollowCreated, `{"follower_id": 1}`},
+			{domain.FollowDeleted, `{}`},
+			{domain.PostDeleted, `{"post_id": 1}`},
 		} {
 			var id int64
 			require.NoError(t, b.pool.QueryRow(t.Context(),
@@ -369,7 +370,7 @@ func TestDefaults(t *testing.T) {
 		postID := b.post(t, author)
 		b.deliver(t)
 		require.Equal(t, []int64{postID}, b.feedPosts(t, follower))
-		require.Zero(t, b.tickets(t, outbox.PostCreated, "done"), "the bundle's metrics are not the worker's")
+		require.Zero(t, b.tickets(t, domain.PostCreated, "done"), "the bundle's metrics are not the worker's")
 		b.requireQueueEmpty(t)
 	})
 }

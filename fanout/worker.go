@@ -21,8 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
-	"github.com/newsfeed/newsfeed/outbox"
-	"github.com/newsfeed/newsfeed/queue"
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
 // Graph is what the worker reads from the social graph.
@@ -81,7 +81,7 @@ type Outbox interface {
 	FinishEvent(ctx context.Context, id int64) (finished bool, latency time.Duration, err error)
 	// SplitFanout writes the chunks of a big fan-out as events of their own
 	// and parks the parent until they are done; it returns the chunk count.
-	SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error)
+	SplitFanout(ctx context.Context, parentID int64, chunks []domain.ChunkPayload) (int, error)
 	// FinishChunk finishes a chunk and reports whether this call finished
 	// its post's fan-out, and then the delivery latency (database clock).
 	FinishChunk(ctx context.Context, id int64) (parentDone bool, latency time.Duration, err error)
@@ -95,11 +95,11 @@ type Outbox interface {
 
 // Queue is where tickets come from.
 type Queue interface {
-	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]queue.Ticket, error)
-	ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]queue.Ticket, error)
+	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error)
+	ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]domain.Delivery, error)
 	Touch(ctx context.Context, consumer, messageID string) error
 	Ack(ctx context.Context, messageID string) error
-	DeadLetter(ctx context.Context, t queue.Ticket, cause string) error
+	DeadLetter(ctx context.Context, t domain.Delivery, cause string) error
 }
 
 // Config configures a Worker. Zero fields take the defaults named.
@@ -119,8 +119,8 @@ type Config struct {
 	MaxDeliveries int64
 	// MaxAttempts before a failing event is dead. Defaults to 10.
 	MaxAttempts int
-	// Backoff spaces retries of a failing event. Defaults to outbox.DefaultBackoff.
-	Backoff outbox.Backoff
+	// Backoff spaces retries of a failing event. Defaults to backoff.DefaultSchedule.
+	Backoff backoff.Schedule
 	// RedeliverAfter is how far each heartbeat pushes the outbox row's
 	// redelivery deadline. Defaults to 2m.
 	RedeliverAfter time.Duration
@@ -144,8 +144,8 @@ func (c *Config) setDefaults() {
 	setDefault(&c.MaxAttempts, 10)
 	setDefault(&c.RedeliverAfter, 2*time.Minute)
 	setDefault(&c.ShutdownTimeout, 15*time.Second)
-	if c.Backoff == (outbox.Backoff{}) {
-		c.Backoff = outbox.DefaultBackoff
+	if c.Backoff == (backoff.Schedule{}) {
+		c.Backoff = backoff.DefaultSchedule
 	}
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
@@ -220,7 +220,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	defer cancelWork()
 	slots := make(chan struct{}, w.cfg.Concurrency)
 	var inFlight sync.WaitGroup
-	start := func(t queue.Ticket) {
+	start := func(t domain.Delivery) {
 		slots <- struct{}{}
 		inFlight.Add(1)
 		go func() {
@@ -230,7 +230,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	}
 
 	lastClaim := time.Time{}
-	errDelay := time.Duration(0)
+	var errWait backoff.Doubling
 	for ctx.Err() == nil {
 		// Wait for a free slot, then take as many tickets as there are slots.
 		select {
@@ -240,7 +240,7 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		free := w.cfg.Concurrency - len(slots)
-		var tickets []queue.Ticket
+		var tickets []domain.Delivery
 		var err error
 		if time.Since(lastClaim) > w.cfg.ClaimIdle/2 {
 			lastClaim = time.Now()
@@ -256,12 +256,12 @@ func (w *Worker) Run(ctx context.Context) error {
 			if ctx.Err() != nil {
 				break
 			}
-			errDelay = min(max(2*errDelay, 100*time.Millisecond), 5*time.Second)
-			w.log.Warn("reading tickets failed; retrying", zap.Error(err), zap.Duration("retry_in", errDelay))
-			sleep(ctx, errDelay)
+			wait := errWait.Next()
+			w.log.Warn("reading tickets failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+			backoff.Sleep(ctx, wait)
 			continue
 		}
-		errDelay = 0
+		errWait.Reset()
 		for _, t := range tickets {
 			start(t)
 		}
@@ -282,7 +282,7 @@ func (w *Worker) Run(ctx context.Context) error {
 }
 
 // process handles one ticket from start to acknowledgement.
-func (w *Worker) process(ctx context.Context, t queue.Ticket) {
+func (w *Worker) process(ctx context.Context, t domain.Delivery) {
 	log := w.log.With(zap.Int64("outbox_id", t.ID), zap.String("type", t.Type), zap.String("message_id", t.MessageID))
 	if t.Deliveries > w.cfg.MaxDeliveries {
 		w.bury(ctx, log, t, fmt.Sprintf("delivered %d times without finishing", t.Deliveries))
@@ -334,16 +334,16 @@ func (w *Worker) process(ctx context.Context, t queue.Ticket) {
 // finish records the event finished and observes the delivery latency of a
 // post whose fan-out this call completed: once per post, however often its
 // tickets are delivered.
-func (w *Worker) finish(ctx context.Context, t queue.Ticket) error {
+func (w *Worker) finish(ctx context.Context, t domain.Delivery) error {
 	var done bool
 	var latency time.Duration
 	var err error
-	if t.Type == outbox.FanoutChunk {
+	if t.Type == domain.FanoutChunk {
 		done, latency, err = w.outbox.FinishChunk(ctx, t.ID)
 	} else {
 		done, latency, err = w.outbox.FinishEvent(ctx, t.ID)
 	}
-	delivers := t.Type == outbox.PostCreated || t.Type == outbox.FanoutChunk
+	delivers := t.Type == domain.PostCreated || t.Type == domain.FanoutChunk
 	if err == nil && done && delivers {
 		w.metrics.delivery.Observe(latency.Seconds())
 	}
@@ -353,7 +353,7 @@ func (w *Worker) finish(ctx context.Context, t queue.Ticket) error {
 // errSplit says that a fan-out was split into chunks instead of done.
 var errSplit = errors.New("fan-out split into chunks")
 
-func (w *Worker) bury(ctx context.Context, log *zap.Logger, t queue.Ticket, cause string) {
+func (w *Worker) bury(ctx context.Context, log *zap.Logger, t domain.Delivery, cause string) {
 	w.metrics.tickets.WithLabelValues(t.Type, "dead").Inc()
 	log.Error("event is dead", zap.String("cause", cause))
 	if err := w.outbox.Bury(ctx, t.ID, cause); err != nil {
@@ -365,7 +365,7 @@ func (w *Worker) bury(ctx context.Context, log *zap.Logger, t queue.Ticket, caus
 	}
 }
 
-func (w *Worker) ack(ctx context.Context, log *zap.Logger, t queue.Ticket) {
+func (w *Worker) ack(ctx context.Context, log *zap.Logger, t domain.Delivery) {
 	if err := w.queue.Ack(ctx, t.MessageID); err != nil {
 		// Harmless: the ticket is redelivered and its fan-out changes nothing.
 		log.Warn("cannot acknowledge ticket", zap.Error(err))
@@ -374,7 +374,7 @@ func (w *Worker) ack(ctx context.Context, log *zap.Logger, t queue.Ticket) {
 
 // heartbeat keeps a long fan-out from being taken over (queue) or published
 // again (outbox) while this worker is still on it.
-func (w *Worker) heartbeat(ctx context.Context, log *zap.Logger, t queue.Ticket) (stop func()) {
+func (w *Worker) heartbeat(ctx context.Context, log *zap.Logger, t domain.Delivery) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -410,25 +410,25 @@ func permanent(format string, args ...any) error {
 }
 
 // handle applies one event to the feeds.
-func (w *Worker) handle(ctx context.Context, t queue.Ticket) error {
+func (w *Worker) handle(ctx context.Context, t domain.Delivery) error {
 	switch t.Type {
-	case outbox.PostCreated, outbox.PostDeleted:
-		var p outbox.PostPayload
+	case domain.PostCreated, domain.PostDeleted:
+		var p domain.PostPayload
 		if err := json.Unmarshal(t.Payload, &p); err != nil || p.PostID <= 0 || p.AuthorID <= 0 {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
-		if t.Type == outbox.PostCreated {
+		if t.Type == domain.PostCreated {
 			return w.pushPost(ctx, t, p)
 		}
 		return w.removePost(ctx, p)
-	case outbox.FanoutChunk:
-		var c outbox.ChunkPayload
+	case domain.FanoutChunk:
+		var c domain.ChunkPayload
 		if err := json.Unmarshal(t.Payload, &c); err != nil || c.PostID <= 0 || c.AuthorID <= 0 || c.After < 0 || c.Until < 0 {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
 		return w.pushChunk(ctx, c)
-	case outbox.FollowCreated, outbox.FollowDeleted:
-		var p outbox.FollowPayload
+	case domain.FollowCreated, domain.FollowDeleted:
+		var p domain.FollowPayload
 		if err := json.Unmarshal(t.Payload, &p); err != nil || p.FollowerID <= 0 || p.FolloweeID <= 0 {
 			return permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
@@ -505,7 +505,7 @@ func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (bool,
 // it. Only a first handling can know that none did before it, and a later
 // one that pushes (or any push of a former celebrity's post, whose earlier
 // handling may have been a pull) marks the post pushed for good.
-func (w *Worker) pushPost(ctx context.Context, t queue.Ticket, p outbox.PostPayload) error {
+func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostPayload) error {
 	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
 		return err
 	}
@@ -547,25 +547,25 @@ func (w *Worker) pushPost(ctx context.Context, t queue.Ticket, p outbox.PostPayl
 
 // split turns a big fan-out into chunks of ChunkSize followers, each an
 // outbox event that any worker can take and that is retried on its own.
-func (w *Worker) split(ctx context.Context, eventID int64, p outbox.PostPayload) error {
+func (w *Worker) split(ctx context.Context, eventID int64, p domain.PostPayload) error {
 	bounds, err := w.graph.ChunkBoundaries(ctx, p.AuthorID, w.cfg.ChunkSize)
 	if err != nil {
 		return err
 	}
-	chunks := make([]outbox.ChunkPayload, 0, len(bounds)+1)
+	chunks := make([]domain.ChunkPayload, 0, len(bounds)+1)
 	after := int64(0)
 	for _, b := range bounds {
-		chunks = append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
+		chunks = append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
 		after = b
 	}
-	chunks = append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
+	chunks = append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
 	if _, err := w.outbox.SplitFanout(ctx, eventID, chunks); err != nil {
 		return err
 	}
 	return errSplit
 }
 
-func (w *Worker) pushChunk(ctx context.Context, c outbox.ChunkPayload) error {
+func (w *Worker) pushChunk(ctx context.Context, c domain.ChunkPayload) error {
 	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
 		return err
 	}
@@ -582,7 +582,7 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64)
 	})
 }
 
-func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
+func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
 		return err
 	}
@@ -608,7 +608,7 @@ func (w *Worker) removePost(ctx context.Context, p outbox.PostPayload) error {
 // change committed while the state is applied is seen by the check after the
 // write, and applied in turn; a change committed later runs its own clean-up
 // (in the API and in its event) after this write, so nothing slips between.
-func (w *Worker) applyFollow(ctx context.Context, p outbox.FollowPayload) error {
+func (w *Worker) applyFollow(ctx context.Context, p domain.FollowPayload) error {
 	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
 	if err != nil {
 		return err
@@ -635,10 +635,3 @@ func (w *Worker) applyFollow(ctx context.Context, p outbox.FollowPayload) error 
 // maxFollowRounds bounds how often applyFollow applies a state that keeps
 // changing under it; the event then fails and is retried after a backoff.
 const maxFollowRounds = 4
-
-func sleep(ctx context.Context, d time.Duration) {
-	select {
-	case <-ctx.Done():
-	case <-time.After(d):
-	}
-}

@@ -22,8 +22,10 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
@@ -331,7 +333,7 @@ func (b *testBundle) readFeed(t *testing.T, userID int64) []int64 {
 }
 
 // publish puts tickets for events in the stream, as a dispatcher does.
-func (b *testBundle) publish(t *testing.T, events ...outbox.Event) {
+func (b *testBundle) publish(t *testing.T, events ...domain.Event) {
 	t.Helper()
 	_, errs := b.queue.Publish(t.Context(), events)
 	for _, err := range errs {
@@ -485,9 +487,9 @@ func TestPostCreated(t *testing.T) {
 		}
 
 		require.EqualValues(t, 2500, b.metric(t, "newsfeed_fanout_entries_total"))
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "done"))
 		require.EqualValues(t, 1, b.metric(t, "newsfeed_delivery_seconds"))
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "done", r.Status)
 		require.Nil(t, r.LastError)
 		b.requireQueueEmpty(t)
@@ -513,12 +515,12 @@ func TestPostCreated(t *testing.T) {
 		b.publish(t, events[0], events[0])
 		run(t, w)
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 2, b.tickets(c, outbox.PostCreated, "done"))
+			require.EqualValues(c, 2, b.tickets(c, domain.PostCreated, "done"))
 		})
 		// And once more after both finished.
 		b.publish(t, events[0])
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 3, b.tickets(c, outbox.PostCreated, "done"))
+			require.EqualValues(c, 3, b.tickets(c, domain.PostCreated, "done"))
 		})
 
 		for _, u := range followers {
@@ -562,7 +564,7 @@ func TestPostCreated(t *testing.T) {
 		run(t, w)
 		postID := b.post(t, 1)
 		b.deliver(t)
-		require.Equal(t, "done", b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)).Status)
+		require.Equal(t, "done", b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)).Status)
 		require.Zero(t, b.metric(t, "newsfeed_fanout_entries_total"))
 		b.requireQueueEmpty(t)
 	})
@@ -585,7 +587,7 @@ func TestPoisonAndFailures(t *testing.T) {
 INSERT INTO outbox (event_type, payload, status, attempts, due_at)
 VALUES ('post.created', '{"post_id": 999999, "author_id": 1}', 'published', 1, now() + interval '1 hour')
 RETURNING id`).Scan(&notJSON))
-		b.publish(t, outbox.Event{ID: notJSON, Type: outbox.PostCreated, Payload: []byte("not json"), Attempt: 1, CreatedAt: time.Now()})
+		b.publish(t, domain.Event{ID: notJSON, Type: domain.PostCreated, Payload: []byte("not json"), Attempt: 1, CreatedAt: time.Now()})
 		// An unknown event type, and a payload that says nothing.
 		var unknown, empty int64
 		require.NoError(t, b.pool.QueryRow(t.Context(),
@@ -629,10 +631,10 @@ RETURNING id`).Scan(&notJSON))
 
 		require.Equal(t, good, b.feedPosts(t, follower))
 		for _, id := range good {
-			require.Equal(t, "done", b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, id)).Status)
+			require.Equal(t, "done", b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, id)).Status)
 		}
 		require.EqualValues(t, 3, b.metric(t, "newsfeed_fanout_tickets_total", "outcome", "dead"))
-		require.EqualValues(t, 50, b.tickets(t, outbox.PostCreated, "done"))
+		require.EqualValues(t, 50, b.tickets(t, domain.PostCreated, "done"))
 		b.requireQueueEmpty(t)
 	})
 
@@ -653,17 +655,17 @@ RETURNING id`).Scan(&notJSON))
 		ob := &hookedOutbox{DB: b.db}
 		run(t, b.newOutboxWorker(t, feeds, ob, fanout.Config{
 			MaxAttempts: 5,
-			Backoff:     outbox.Backoff{Base: time.Minute, Max: time.Hour},
+			Backoff:     backoff.Schedule{Base: time.Minute, Max: time.Hour},
 		}))
 		postID := b.post(t, author)
 		match := fmt.Sprintf(`{"post_id": %d}`, postID)
 		b.dispatch(t)
 
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 1, b.tickets(c, outbox.PostCreated, "failed"))
+			require.EqualValues(c, 1, b.tickets(c, domain.PostCreated, "failed"))
 			require.Zero(c, b.pending(c))
 		})
-		r := b.rowOf(t, outbox.PostCreated, match)
+		r := b.rowOf(t, domain.PostCreated, match)
 		require.Equal(t, "pending", r.Status, "the outbox row owns the retry")
 		require.Equal(t, 1, r.Attempts)
 		require.NotNil(t, r.LastError)
@@ -706,7 +708,7 @@ RETURNING id`).Scan(&notJSON))
 			require.Zero(c, b.unfinished(c))
 			require.Zero(c, b.pending(c))
 		})
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "dead", r.Status)
 		require.NotNil(t, r.LastError)
 		require.Contains(t, *r.LastError, errOnFire.Error())
@@ -742,7 +744,7 @@ func TestRedelivery(t *testing.T) {
 		for _, u := range followers {
 			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
 		}
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "done"))
 		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"))
 		stale, err := b.rdb.XPendingExt(t.Context(), &redis.XPendingExtArgs{
 			Stream: b.queue.Stream(), Group: "fanout", Start: "-", End: "+", Count: 10, Consumer: "dead-worker",
@@ -777,7 +779,7 @@ func TestRedelivery(t *testing.T) {
 			require.Zero(c, b.unfinished(c))
 			require.Zero(c, b.pending(c))
 		})
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "dead", r.Status)
 		require.NotNil(t, r.LastError)
 		require.Contains(t, *r.LastError, "delivered 3 times")
@@ -786,7 +788,7 @@ func TestRedelivery(t *testing.T) {
 		require.Equal(t, strconv.FormatInt(r.ID, 10), dead[0].Values["id"])
 		require.Equal(t, "3", dead[0].Values["deliveries"])
 		require.Empty(t, b.feedPosts(t, follower), "a buried ticket was fanned out")
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "dead"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "dead"))
 		b.requireQueueEmpty(t)
 	})
 
@@ -808,7 +810,7 @@ func TestRedelivery(t *testing.T) {
 		b.deliver(t)
 
 		require.Equal(t, []int64{before, after}, b.feedPosts(t, follower))
-		require.EqualValues(t, 2, b.tickets(t, outbox.PostCreated, "done"))
+		require.EqualValues(t, 2, b.tickets(t, domain.PostCreated, "done"))
 		b.requireQueueEmpty(t)
 	})
 
@@ -854,7 +856,7 @@ func TestRedelivery(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatal("the worker did not start the fan-out")
 		}
-		r := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		var published time.Time
 		require.NoError(t, b.pool.QueryRow(t.Context(), `SELECT due_at FROM outbox WHERE id = $1`, r.ID).Scan(&published))
 
@@ -920,7 +922,7 @@ func TestPostDeleted(t *testing.T) {
 		cached, err := b.rdb.Get(t.Context(), b.prefix+"post:"+strconv.FormatInt(deleted, 10)).Result()
 		require.NoError(t, err)
 		require.Equal(t, "-", cached, "the post cache holds a tombstone")
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostDeleted, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostDeleted, "done"))
 		b.requireQueueEmpty(t)
 	})
 }
@@ -942,7 +944,7 @@ func TestEventOrder(t *testing.T) {
 		events, err := b.db.Claim(t.Context(), 10, time.Hour)
 		require.NoError(t, err)
 		require.Len(t, events, 2)
-		require.Equal(t, outbox.PostCreated, events[0].Type)
+		require.Equal(t, domain.PostCreated, events[0].Type)
 		b.publish(t, events[1], events[0]) // deleted, then created
 
 		run(t, w)
@@ -984,13 +986,13 @@ func TestFollow(t *testing.T) {
 		require.Equal(t, posts[len(posts)-backfill:], b.feedPosts(t, reader))
 		require.False(t, b.feedExists(t, nonReader), "a feed was created for a user who never read it")
 		require.EqualValues(t, backfill, b.metric(t, "newsfeed_fanout_entries_total"))
-		require.EqualValues(t, 2, b.tickets(t, outbox.FollowCreated, "done"))
+		require.EqualValues(t, 2, b.tickets(t, domain.FollowCreated, "done"))
 
 		// A redelivered follow.created changes nothing.
-		r := b.rowOf(t, outbox.FollowCreated, fmt.Sprintf(`{"follower_id": %d}`, reader))
-		b.publish(t, outbox.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: 2, CreatedAt: time.Now()})
+		r := b.rowOf(t, domain.FollowCreated, fmt.Sprintf(`{"follower_id": %d}`, reader))
+		b.publish(t, domain.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: 2, CreatedAt: time.Now()})
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 3, b.tickets(c, outbox.FollowCreated, "done"))
+			require.EqualValues(c, 3, b.tickets(c, domain.FollowCreated, "done"))
 			require.Zero(c, b.pending(c))
 		})
 		require.Equal(t, posts[len(posts)-backfill:], b.feedPosts(t, reader))
@@ -1027,7 +1029,7 @@ func TestFollow(t *testing.T) {
 		for _, id := range feedIDs {
 			require.Contains(t, keptPosts, id)
 		}
-		require.EqualValues(t, 1, b.tickets(t, outbox.FollowDeleted, "done"))
+		require.EqualValues(t, 1, b.tickets(t, domain.FollowDeleted, "done"))
 		b.requireQueueEmpty(t)
 	})
 
@@ -1052,10 +1054,10 @@ func TestFollow(t *testing.T) {
 		b.deliver(t)
 		require.Empty(t, b.feedPosts(t, reader))
 
-		r := b.rowOf(t, outbox.FollowCreated, fmt.Sprintf(`{"follower_id": %d}`, reader))
-		b.publish(t, outbox.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: 2, CreatedAt: time.Now()})
+		r := b.rowOf(t, domain.FollowCreated, fmt.Sprintf(`{"follower_id": %d}`, reader))
+		b.publish(t, domain.Event{ID: r.ID, Type: r.Type, Payload: r.Payload, Attempt: 2, CreatedAt: time.Now()})
 		eventually(t, func(c *assert.CollectT) {
-			require.EqualValues(c, 2, b.tickets(c, outbox.FollowCreated, "done"))
+			require.EqualValues(c, 2, b.tickets(c, domain.FollowCreated, "done"))
 			require.Zero(c, b.pending(c))
 		})
 
@@ -1093,13 +1095,13 @@ func TestShutdown(t *testing.T) {
 
 		r.stop(t) // returns after ShutdownTimeout, having cancelled the fan-out
 
-		row := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		row := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "published", row.Status, "an abandoned fan-out must be neither finished nor failed")
 		require.Nil(t, row.LastError)
 		require.EqualValues(t, 1, b.pending(t), "the ticket must stay pending for redelivery")
 		require.EqualValues(t, 1, b.xlen(t, b.queue.Stream()))
 		require.Empty(t, b.deadTickets(t))
-		require.EqualValues(t, 1, b.tickets(t, outbox.PostCreated, "abandoned"))
+		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "abandoned"))
 
 		// Another worker takes it over and finishes it.
 		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
@@ -1152,9 +1154,9 @@ func TestShutdown(t *testing.T) {
 		require.Empty(t, r.done, "Run returned with a fan-out in flight")
 		close(release)
 		r.wait(t)
-		require.Zero(t, b.tickets(t, outbox.PostCreated, "abandoned"))
+		require.Zero(t, b.tickets(t, domain.PostCreated, "abandoned"))
 
-		row := b.rowOf(t, outbox.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		row := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
 		require.Equal(t, "done", row.Status)
 		for _, u := range followers {
 			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)

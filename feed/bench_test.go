@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -102,12 +103,12 @@ type benchStore struct {
 	calls atomic.Int64
 }
 
-func (s *benchStore) PostsByID(ctx context.Context, ids []int64) ([]feed.Post, error) {
+func (s *benchStore) PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error) {
 	s.calls.Add(1)
 	return s.DB.PostsByID(ctx, ids)
 }
 
-func (s *benchStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]feed.Post, error) {
+func (s *benchStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
 	s.calls.Add(1)
 	return s.DB.FolloweePosts(ctx, follower, before, limit)
 }
@@ -221,7 +222,7 @@ func BenchmarkHydrateLimit(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			posts := make([]feed.Post, len(cmds))
+			posts := make([]domain.Post, len(cmds))
 			for i, c := range cmds {
 				raw, err := c.Bytes()
 				if err == nil {

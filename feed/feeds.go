@@ -6,15 +6,17 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // Store is the PostgreSQL side that feeds cache.
 type Store interface {
 	// PostsByID returns the live posts among ids, in any order.
-	PostsByID(ctx context.Context, ids []int64) ([]Post, error)
+	PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error)
 	// FolloweePosts returns up to limit live posts with id < before by the
 	// people followerID follows, newest first.
-	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]Post, error)
+	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error)
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)

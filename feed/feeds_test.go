@@ -13,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -28,7 +29,7 @@ type countingStore struct {
 	entered  chan struct{}
 }
 
-func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]feed.Post, error) {
+func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
 	s.reads.Add(1)
 	if before == math.MaxInt64 && limit == rebuildLimit { // a rebuild reads max_len from the top
 		s.rebuilds.Add(1)

@@ -8,6 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // tombstone is the post cache's value for a post that is deleted or missing.
@@ -15,7 +17,7 @@ const tombstone = "-"
 
 // hydrate turns post ids into posts, in the same order, dropping deleted
 // ones: one round trip to the post cache, and one to PostgreSQL for misses.
-func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
+func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -29,7 +31,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 	if err != nil && !errors.Is(err, redis.Nil) {
 		return nil, fmt.Errorf("hydrate posts: %w", err)
 	}
-	found := make(map[int64]Post, len(ids))
+	found := make(map[int64]domain.Post, len(ids))
 	dead := make(map[int64]bool)
 	var missing []int64
 	for i, c := range cmds {
@@ -40,7 +42,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 		case err != nil || len(raw) == 0 || raw[0] != '{':
 			missing = append(missing, ids[i])
 		default:
-			found[ids[i]] = Post{ID: ids[i], cached: raw}
+			found[ids[i]] = domain.Post{ID: ids[i], JSON: raw}
 		}
 	}
 	if len(missing) > 0 {
@@ -53,7 +55,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 		}
 		f.cachePosts(ctx, posts, missing, found)
 	}
-	out := make([]Post, 0, len(ids))
+	out := make([]domain.Post, 0, len(ids))
 	for _, id := range ids {
 		if p, ok := found[id]; ok && !dead[id] {
 			out = append(out, p)
@@ -65,7 +67,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]Post, error) {
 // cachePosts stores posts in the post cache, and tombstones for the ids among
 // wanted that PostgreSQL did not return. A cache write that fails only costs
 // a PostgreSQL read later, so it is logged, not returned.
-func (f *Feeds) cachePosts(ctx context.Context, posts []Post, wanted []int64, found map[int64]Post) {
+func (f *Feeds) cachePosts(ctx context.Context, posts []domain.Post, wanted []int64, found map[int64]domain.Post) {
 	if len(posts) == 0 && len(wanted) == 0 {
 		return
 	}

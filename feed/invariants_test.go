@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -67,7 +68,7 @@ func names(cmd redis.Cmder, key string) bool {
 	return false
 }
 
-func ids(posts []feed.Post) []int64 {
+func ids(posts []domain.Post) []int64 {
 	out := make([]int64, len(posts))
 	for i, p := range posts {
 		out[i] = p.ID
@@ -167,7 +168,7 @@ type gatedStore struct {
 	calls   atomic.Int32
 }
 
-func (s *gatedStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]feed.Post, error) {
+func (s *gatedStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
 	posts, err := s.DB.FolloweePosts(ctx, follower, before, limit)
 	if before == math.MaxInt64 && limit == s.maxLen { // a rebuild
 		n := int(s.calls.Add(1)) - 1
@@ -325,7 +326,7 @@ func TestCelebrityListCachedAcrossAnUnfollow(t *testing.T) {
 	require.Equal(t, posts[:1], ids(mustRead(t, b, 10)), "celebrity 1's post is gone with the unfollow")
 }
 
-func mustRead(t *testing.T, b *bundle, user int64) []feed.Post {
+func mustRead(t *testing.T, b *bundle, user int64) []domain.Post {
 	t.Helper()
 	page, err := b.feeds.Read(context.Background(), user, 0, 20)
 	require.NoError(t, err)

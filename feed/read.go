@@ -11,15 +11,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
-)
 
-// Page is one page of a home feed.
-type Page struct {
-	// Posts, newest first.
-	Posts []Post
-	// Next is the id to read below for the next page, 0 on the last page.
-	Next int64
-}
+	"github.com/newsfeed/newsfeed/domain"
+)
 
 // maxPulledSources bounds the celebrity timelines one read merges. A reader
 // who follows more celebrities than this is served from PostgreSQL, so that
@@ -37,25 +31,25 @@ var errFromPostgres = errors.New("read from PostgreSQL")
 // past what Redis keeps, PostgreSQL. (The scripts keep every post of an
 // author the reader does not follow out of the feed, atomically with the
 // following hash, so a page needs no filter.)
-func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page, error) {
+func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (domain.FeedPage, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
 	want := limit + 1 // one more tells whether there is a next page
-	posts := make([]Post, 0, want)
+	posts := make([]domain.Post, 0, want)
 	r := &feedReader{f: f, user: userID}
 	for cursor := before; len(posts) < want; {
 		n := want - len(posts)
 		ids, floor, err := r.next(ctx, cursor, n)
 		if err == nil {
-			var hydrated []Post
+			var hydrated []domain.Post
 			hydrated, err = f.hydrate(ctx, ids)
 			posts = append(posts, hydrated...)
 		}
 		if errors.Is(err, errFromPostgres) {
 			floor = cursor // nothing sure in Redis below the cursor
 		} else if err != nil {
-			return Page{}, err
+			return domain.FeedPage{}, err
 		}
 		if floor == 0 {
 			if len(ids) < n {
@@ -67,12 +61,12 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (Page
 		// Redis holds nothing sure below floor: go on from the truth.
 		more, err := f.store.FolloweePosts(ctx, userID, floor, want-len(posts))
 		if err != nil {
-			return Page{}, fmt.Errorf("read feed %d: %w", userID, err)
+			return domain.FeedPage{}, fmt.Errorf("read feed %d: %w", userID, err)
 		}
 		posts = append(posts, more...)
 		break
 	}
-	page := Page{Posts: posts}
+	page := domain.FeedPage{Posts: posts}
 	if len(posts) > limit {
 		page.Posts = posts[:limit]
 		page.Next = posts[limit-1].ID

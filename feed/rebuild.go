@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // rebuildFeed fills a feed that Redis does not hold complete (lost, expired,
@@ -58,7 +60,7 @@ type rebuildTarget struct {
 // rebuilt is what a rebuild read from PostgreSQL.
 type rebuilt struct {
 	ids       []int64
-	posts     []Post // to cache, when the load read them whole
+	posts     []domain.Post // to cache, when the load read them whole
 	followees []int64
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest/observer"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -32,7 +33,7 @@ type cleanerStore struct {
 	deleteFinished func(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
 }
 
-func (s *cleanerStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]outbox.Event, error) {
+func (s *cleanerStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	s.mu.Lock()
 	if len(s.calls) == 0 || s.calls[len(s.calls)-1] != "claim" {
 		s.calls = append(s.calls, "claim")

@@ -8,17 +8,19 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
 // Store is what the dispatcher needs from the outbox table.
 type Store interface {
 	// Claim leases up to limit due rows for lease and counts an attempt on each.
-	Claim(ctx context.Context, limit int, lease time.Duration) ([]Event, error)
+	Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error)
 	// MarkPublished records that the queue holds tickets[i] for row ids[i];
 	// they are due again after redeliverAfter unless a worker finishes them.
 	MarkPublished(ctx context.Context, ids []int64, tickets []string, redeliverAfter time.Duration) error
@@ -33,7 +35,7 @@ type Store interface {
 type Publisher interface {
 	// Publish returns, per event, the ticket id the queue gave it or the
 	// error it gave instead.
-	Publish(ctx context.Context, events []Event) (tickets []string, errs []error)
+	Publish(ctx context.Context, events []domain.Event) (tickets []string, errs []error)
 	// Holds reports, per ticket id, whether the queue still holds the ticket
 	// (waiting or in progress).
 	Holds(ctx context.Context, tickets []string) ([]bool, error)
@@ -52,8 +54,8 @@ type Config struct {
 	RedeliverAfter time.Duration
 	// MaxAttempts before a row is dead. Defaults to 10.
 	MaxAttempts int
-	// Backoff spaces retries. Defaults to DefaultBackoff.
-	Backoff Backoff
+	// Backoff spaces retries. Defaults to backoff.DefaultSchedule.
+	Backoff backoff.Schedule
 	// Retention keeps finished rows this long before the cleaner deletes
 	// them. Defaults to 24h.
 	Retention time.Duration
@@ -82,8 +84,8 @@ func (c *Config) setDefaults() {
 	if c.MaxAttempts <= 0 {
 		c.MaxAttempts = 10
 	}
-	if c.Backoff == (Backoff{}) {
-		c.Backoff = DefaultBackoff
+	if c.Backoff == (backoff.Schedule{}) {
+		c.Backoff = backoff.DefaultSchedule
 	}
 	if c.Retention <= 0 {
 		c.Retention = 24 * time.Hour
@@ -148,7 +150,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	defer cleanEvery.Stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
-	errDelay := time.Duration(0)
+	var errWait backoff.Doubling
 	for {
 		select {
 		case <-ctx.Done():
@@ -165,13 +167,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
-			errDelay = min(max(2*errDelay, 100*time.Millisecond), 5*time.Second)
-			next = errDelay
+			next = errWait.Next()
 			d.log.Warn("dispatch failed; retrying", zap.Error(err), zap.Duration("retry_in", next))
 		case n == d.cfg.BatchSize:
-			errDelay, next = 0, 0 // a full batch: there is probably more
+			errWait.Reset()
+			next = 0 // a full batch: there is probably more
 		default:
-			errDelay = 0
+			errWait.Reset()
 		}
 		poll.Reset(next)
 	}
@@ -219,8 +221,8 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 // returning the others and the ids and tickets of those it split off. When
 // the queue cannot tell, every event is published again: a duplicate ticket
 // is harmless, a lost one is not.
-func (d *Dispatcher) stillQueued(ctx context.Context, events []Event) (rest []Event, ids []int64, tickets []string) {
-	var old []Event
+func (d *Dispatcher) stillQueued(ctx context.Context, events []domain.Event) (rest []domain.Event, ids []int64, tickets []string) {
+	var old []domain.Event
 	for _, e := range events {
 		if e.Ticket != "" {
 			old = append(old, e)
@@ -252,7 +254,7 @@ func (d *Dispatcher) stillQueued(ctx context.Context, events []Event) (rest []Ev
 	return rest, ids, tickets
 }
 
-func (d *Dispatcher) fail(ctx context.Context, e Event, cause string) error {
+func (d *Dispatcher) fail(ctx context.Context, e domain.Event, cause string) error {
 	dead, err := d.store.Fail(ctx, e.ID, d.cfg.MaxAttempts, d.cfg.Backoff.Delay(e.Failures+1), cause)
 	if dead {
 		d.metrics.dead.Inc()
@@ -278,24 +280,4 @@ func (d *Dispatcher) clean(ctx context.Context) {
 			return
 		}
 	}
-}
-
-// Backoff spaces the attempts of a failing event: Base·attempt⁴, at most Max,
-// with ±25% jitter so that retries of a burst spread out.
-type Backoff struct {
-	Base time.Duration
-	Max  time.Duration
-}
-
-// DefaultBackoff waits 1s, 16s, 81s, … up to an hour.
-var DefaultBackoff = Backoff{Base: time.Second, Max: time.Hour}
-
-// Delay returns how long to wait after the n-th failure (1-based).
-func (b Backoff) Delay(n int) time.Duration {
-	a := float64(max(n, 1))
-	d := float64(b.Base) * a * a * a * a
-	if d > float64(b.Max) {
-		d = float64(b.Max)
-	}
-	return time.Duration(d * (0.75 + 0.5*rand.Float64()))
 }

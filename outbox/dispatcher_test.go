@@ -17,6 +17,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
@@ -209,17 +211,17 @@ var errRefused = errors.New("queue refused the ticket")
 // those that refuse returns true for and passes the others to the real queue.
 type failingPublisher struct {
 	next   outbox.Publisher
-	refuse func(outbox.Event) bool
+	refuse func(domain.Event) bool
 }
 
 func (p *failingPublisher) Holds(ctx context.Context, tickets []string) ([]bool, error) {
 	return p.next.Holds(ctx, tickets)
 }
 
-func (p *failingPublisher) Publish(ctx context.Context, events []outbox.Event) ([]string, []error) {
+func (p *failingPublisher) Publish(ctx context.Context, events []domain.Event) ([]string, []error) {
 	tickets := make([]string, len(events))
 	errs := make([]error, len(events))
-	var pass []outbox.Event
+	var pass []domain.Event
 	var at []int
 	for i, e := range events {
 		if p.refuse(e) {
@@ -272,7 +274,7 @@ func TestDispatchOnce(t *testing.T) {
 		require.NoError(t, err)
 		first := msgs[0].Values
 		require.Equal(t, strconv.FormatInt(ids[0], 10), first["id"])
-		require.Equal(t, outbox.PostCreated, first["type"])
+		require.Equal(t, domain.PostCreated, first["type"])
 		require.Equal(t, "1", first["attempt"])
 		require.JSONEq(t, `{"post_id": 1, "author_id": 1}`, first["payload"].(string))
 	})
@@ -319,11 +321,11 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		b := newBundle(t)
 		ids := b.insertEvents(t, 10)
 		refused := map[int64]bool{ids[1]: true, ids[4]: true, ids[9]: true}
-		pub := &failingPublisher{next: b.queue, refuse: func(e outbox.Event) bool { return refused[e.ID] }}
+		pub := &failingPublisher{next: b.queue, refuse: func(e domain.Event) bool { return refused[e.ID] }}
 		d := b.dispatcher(t, pub, outbox.Config{
 			RedeliverAfter: time.Hour,
 			MaxAttempts:    5,
-			Backoff:        outbox.Backoff{Base: time.Minute, Max: time.Hour},
+			Backoff:        backoff.Schedule{Base: time.Minute, Max: time.Hour},
 		})
 
 		n, err := d.DispatchOnce(t.Context())
@@ -370,11 +372,11 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		b := newBundle(t)
 		ids := b.insertEvents(t, 2)
 		poison, good := ids[0], ids[1]
-		pub := &failingPublisher{next: b.queue, refuse: func(e outbox.Event) bool { return e.ID == poison }}
+		pub := &failingPublisher{next: b.queue, refuse: func(e domain.Event) bool { return e.ID == poison }}
 		d := b.dispatcher(t, pub, outbox.Config{
 			RedeliverAfter: time.Hour,
 			MaxAttempts:    3,
-			Backoff:        outbox.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+			Backoff:        backoff.Schedule{Base: time.Millisecond, Max: time.Millisecond},
 		})
 
 		// Each claim counts an attempt; the tiny backoff makes the row due
@@ -535,7 +537,7 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		// A fast worker may finish a row between Publish and MarkPublished.
 		b := newBundle(t)
 		ids := b.insertEvents(t, 1)
-		pub := publisherFunc{q: b.queue, publish: func(ctx context.Context, events []outbox.Event) ([]string, []error) {
+		pub := publisherFunc{q: b.queue, publish: func(ctx context.Context, events []domain.Event) ([]string, []error) {
 			tickets, errs := b.queue.Publish(ctx, events)
 			for _, e := range events {
 				require.NoError(t, b.db.Finish(ctx, e.ID))
@@ -562,7 +564,7 @@ type hookedStore struct {
 	markPublishedFailures int
 }
 
-func (s *hookedStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]outbox.Event, error) {
+func (s *hookedStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	s.mu.Lock()
 	fail := s.claimFailures > 0
 	s.claimFailures--
@@ -587,96 +589,15 @@ func (s *hookedStore) MarkPublished(ctx context.Context, ids []int64, tickets []
 // publisherFunc adapts a function to outbox.Publisher; Holds asks the real queue.
 type publisherFunc struct {
 	q       *queue.Queue
-	publish func(ctx context.Context, events []outbox.Event) ([]string, []error)
+	publish func(ctx context.Context, events []domain.Event) ([]string, []error)
 }
 
-func (f publisherFunc) Publish(ctx context.Context, events []outbox.Event) ([]string, []error) {
+func (f publisherFunc) Publish(ctx context.Context, events []domain.Event) ([]string, []error) {
 	return f.publish(ctx, events)
 }
 
 func (f publisherFunc) Holds(ctx context.Context, tickets []string) ([]bool, error) {
 	return f.q.Holds(ctx, tickets)
-}
-
-func TestBackoff(t *testing.T) {
-	t.Parallel()
-	const samples = 500
-
-	t.Run("StaysWithinJitterOfBaseTimesAttemptToTheFourth", func(t *testing.T) {
-		t.Parallel()
-		b := outbox.Backoff{Base: time.Second, Max: time.Hour}
-		for attempt := 1; attempt <= 12; attempt++ {
-			a := float64(attempt)
-			want := min(float64(time.Second)*a*a*a*a, float64(time.Hour))
-			for range samples {
-				got := float64(b.Delay(attempt))
-				require.GreaterOrEqual(t, got, 0.75*want, "attempt %d", attempt)
-				require.LessOrEqual(t, got, 1.25*want, "attempt %d", attempt)
-			}
-		}
-	})
-
-	t.Run("GrowsWithAttempt", func(t *testing.T) {
-		t.Parallel()
-		// Up to attempt 7 the jitter bands do not overlap: every delay of
-		// attempt a+1 is longer than every delay of attempt a.
-		b := outbox.Backoff{Base: time.Millisecond, Max: 1000 * time.Hour}
-		prevMax := time.Duration(0)
-		for attempt := 1; attempt <= 7; attempt++ {
-			lo, hi := time.Duration(1<<62), time.Duration(0)
-			for range samples {
-				d := b.Delay(attempt)
-				lo, hi = min(lo, d), max(hi, d)
-			}
-			require.Greater(t, lo, prevMax, "attempt %d", attempt)
-			prevMax = hi
-		}
-		// Beyond, the bands overlap, but the average still grows until Max.
-		prevMean := 0.0
-		for attempt := 7; attempt <= 30; attempt++ {
-			sum := 0.0
-			for range samples {
-				sum += float64(b.Delay(attempt))
-			}
-			mean := sum / samples
-			require.Greater(t, mean, prevMean, "attempt %d", attempt)
-			prevMean = mean
-		}
-	})
-
-	t.Run("NeverExceedsMaxPlusJitter", func(t *testing.T) {
-		t.Parallel()
-		b := outbox.Backoff{Base: time.Second, Max: 10 * time.Minute}
-		attempts := []int{1, 2, 5, 10, 100, 1000, 1 << 20, 1 << 30, int(^uint(0) >> 1)}
-		for _, attempt := range attempts {
-			for range samples {
-				d := b.Delay(attempt)
-				require.Positive(t, d, "attempt %d", attempt)
-				require.LessOrEqual(t, d, b.Max+b.Max/4, "attempt %d", attempt)
-			}
-		}
-	})
-
-	t.Run("AttemptBelowOneCountsAsOne", func(t *testing.T) {
-		t.Parallel()
-		b := outbox.Backoff{Base: time.Second, Max: time.Hour}
-		for _, attempt := range []int{0, -1, -100} {
-			for range samples {
-				d := b.Delay(attempt)
-				require.GreaterOrEqual(t, d, 750*time.Millisecond, "attempt %d", attempt)
-				require.LessOrEqual(t, d, 1250*time.Millisecond, "attempt %d", attempt)
-			}
-		}
-	})
-
-	t.Run("DefaultIsOneSecondSixteenEightyOne", func(t *testing.T) {
-		t.Parallel()
-		for attempt, want := range map[int]time.Duration{1: time.Second, 2: 16 * time.Second, 3: 81 * time.Second, 100: time.Hour} {
-			d := outbox.DefaultBackoff.Delay(attempt)
-			require.GreaterOrEqual(t, d, want*3/4, "attempt %d", attempt)
-			require.LessOrEqual(t, d, want*5/4, "attempt %d", attempt)
-		}
-	})
 }
 
 func TestDispatcherRun(t *testing.T) {
@@ -785,7 +706,7 @@ func TestDispatcherRun(t *testing.T) {
 		ids := b.insertEvents(t, 5)
 		var mu sync.Mutex
 		calls := 0
-		pub := publisherFunc{q: b.queue, publish: func(ctx context.Context, events []outbox.Event) ([]string, []error) {
+		pub := publisherFunc{q: b.queue, publish: func(ctx context.Context, events []domain.Event) ([]string, []error) {
 			mu.Lock()
 			calls++
 			down := calls <= 2
@@ -802,7 +723,7 @@ func TestDispatcherRun(t *testing.T) {
 		d := b.dispatcher(t, pub, outbox.Config{
 			PollInterval:   20 * time.Millisecond,
 			RedeliverAfter: time.Hour,
-			Backoff:        outbox.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+			Backoff:        backoff.Schedule{Base: time.Millisecond, Max: time.Millisecond},
 		})
 		runDispatcher(t, d)
 		eventually(t, func(c *assert.CollectT) {
@@ -849,14 +770,14 @@ func TestAttempts(t *testing.T) {
 		b := newBundle(t)
 		ids := b.insertEvents(t, 1)
 		var refuse sync.Map
-		pub := &failingPublisher{next: b.queue, refuse: func(e outbox.Event) bool {
+		pub := &failingPublisher{next: b.queue, refuse: func(e domain.Event) bool {
 			_, ok := refuse.Load(e.ID)
 			return ok
 		}}
 		d := b.dispatcher(t, pub, outbox.Config{
 			RedeliverAfter: 100 * time.Millisecond,
 			MaxAttempts:    maxAttempts,
-			Backoff:        outbox.Backoff{Base: time.Minute, Max: time.Hour},
+			Backoff:        backoff.Schedule{Base: time.Minute, Max: time.Hour},
 		})
 		// Published, and redelivered maxAttempts-2 times because no worker
 		// finished it.

@@ -6,22 +6,12 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
-// Stats is a count of outbox rows by state.
-type Stats struct {
-	// Pending rows wait to be published.
-	Pending int64 `json:"pending"`
-	// InFlight rows are claimed or published and not finished yet.
-	InFlight int64 `json:"in_flight"`
-	// Dead rows gave up; an operator may retry them.
-	Dead int64 `json:"dead"`
-	// OldestPendingAge is the age of the oldest row not finished nor dead.
-	OldestPendingAge time.Duration `json:"-"`
-}
-
-// StatsFunc reads the current Stats.
-type StatsFunc func(ctx context.Context) (Stats, error)
+// StatsFunc reads the current outbox counts.
+type StatsFunc func(ctx context.Context) (domain.OutboxStats, error)
 
 // DefaultStatsTTL is how long a Collector repeats the stats it read before
 // it reads the table again.
@@ -37,7 +27,7 @@ type Collector struct {
 	now       func() time.Time
 
 	mu      sync.Mutex
-	last    Stats
+	last    domain.OutboxStats
 	lastAt  time.Time
 	pending *prometheus.Desc
 	oldest  *prometheus.Desc

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/outbox"
 )
 
@@ -66,12 +67,12 @@ INSERT INTO outbox (event_type, payload, status, created_at) VALUES
 		var down atomic.Bool
 		var pending atomic.Int64
 		pending.Store(3)
-		stats := func(context.Context) (outbox.Stats, error) {
+		stats := func(context.Context) (domain.OutboxStats, error) {
 			calls.Add(1)
 			if down.Load() {
-				return outbox.Stats{}, errStoreDown
+				return domain.OutboxStats{}, errStoreDown
 			}
-			return outbox.Stats{Pending: pending.Load(), InFlight: 2, Dead: 1, OldestPendingAge: 5 * time.Second}, nil
+			return domain.OutboxStats{Pending: pending.Load(), InFlight: 2, Dead: 1, OldestPendingAge: 5 * time.Second}, nil
 		}
 		clock := newFakeClock()
 		reg := prometheus.NewRegistry()
@@ -121,12 +122,12 @@ INSERT INTO outbox (event_type, payload, status, created_at) VALUES
 		var calls atomic.Int64
 		var down atomic.Bool
 		down.Store(true)
-		stats := func(context.Context) (outbox.Stats, error) {
+		stats := func(context.Context) (domain.OutboxStats, error) {
 			calls.Add(1)
 			if down.Load() {
-				return outbox.Stats{}, errStoreDown
+				return domain.OutboxStats{}, errStoreDown
 			}
-			return outbox.Stats{Pending: 1}, nil
+			return domain.OutboxStats{Pending: 1}, nil
 		}
 		reg := prometheus.NewRegistry()
 		reg.MustRegister(outbox.NewCollector(stats, outbox.WithClock(newFakeClock().Now)))
@@ -147,9 +148,9 @@ INSERT INTO outbox (event_type, payload, status, created_at) VALUES
 	t.Run("DefaultTTLIsOneSecond", func(t *testing.T) {
 		t.Parallel()
 		var calls atomic.Int64
-		stats := func(context.Context) (outbox.Stats, error) {
+		stats := func(context.Context) (domain.OutboxStats, error) {
 			calls.Add(1)
-			return outbox.Stats{Pending: calls.Load()}, nil
+			return domain.OutboxStats{Pending: calls.Load()}, nil
 		}
 		clock := newFakeClock()
 		reg := prometheus.NewRegistry()

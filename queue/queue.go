@@ -17,17 +17,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 )
-
-// Ticket is a message in the stream: an outbox event on its way to a worker.
-type Ticket struct {
-	// MessageID is the stream entry id.
-	MessageID string
-	// Deliveries counts how often the group delivered this ticket (1 at first).
-	Deliveries int64
-	outbox.Event
-}
 
 // Queue is a Redis stream with one consumer group.
 type Queue struct {
@@ -58,7 +49,7 @@ func (q *Queue) EnsureGroup(ctx context.Context) error {
 
 // Publish appends one ticket per event in one round trip and returns, per
 // event, the ticket's id or the error Redis gave.
-func (q *Queue) Publish(ctx context.Context, events []outbox.Event) ([]string, []error) {
+func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, []error) {
 	ids := make([]string, len(events))
 	errs := make([]error, len(events))
 	cmds := make([]*redis.StringCmd, len(events))
@@ -104,7 +95,7 @@ func (q *Queue) Holds(ctx context.Context, ticketIDs []string) ([]bool, error) {
 // Read takes up to count new tickets for consumer, waiting up to block for
 // the first (not at all when block <= 0). It returns no tickets and no error
 // when none came.
-func (q *Queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]Ticket, error) {
+func (q *Queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error) {
 	if block <= 0 {
 		block = -1 // no BLOCK argument: BLOCK 0 would wait forever
 	}
@@ -125,7 +116,7 @@ func (q *Queue) Read(ctx context.Context, consumer string, count int, block time
 	if err != nil {
 		return nil, fmt.Errorf("read tickets: %w", err)
 	}
-	var tickets []Ticket
+	var tickets []domain.Delivery
 	for _, s := range streams {
 		for _, m := range s.Messages {
 			tickets = append(tickets, decode(m, 1))
@@ -136,7 +127,7 @@ func (q *Queue) Read(ctx context.Context, consumer string, count int, block time
 
 // ClaimStale takes over up to count tickets that other consumers (crashed or
 // stuck) have held for longer than minIdle.
-func (q *Queue) ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]Ticket, error) {
+func (q *Queue) ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]domain.Delivery, error) {
 	pending, err := q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: q.stream, Group: q.group, Idle: minIdle, Start: "-", End: "+", Count: int64(count),
 	}).Result()
@@ -161,7 +152,7 @@ func (q *Queue) ClaimStale(ctx context.Context, consumer string, minIdle time.Du
 	if err != nil {
 		return nil, fmt.Errorf("claim stale tickets: %w", err)
 	}
-	tickets := make([]Ticket, 0, len(msgs))
+	tickets := make([]domain.Delivery, 0, len(msgs))
 	for _, m := range msgs {
 		tickets = append(tickets, decode(m, deliveries[m.ID]))
 	}
@@ -195,7 +186,7 @@ func (q *Queue) Ack(ctx context.Context, messageID string) error {
 
 // DeadLetter copies the ticket with its cause to the dead-letter stream (for
 // operators to look at; the outbox row is the record) and acknowledges it.
-func (q *Queue) DeadLetter(ctx context.Context, t Ticket, cause string) error {
+func (q *Queue) DeadLetter(ctx context.Context, t domain.Delivery, cause string) error {
 	values := encode(t.Event)
 	values = append(values, "cause", cause, "deliveries", t.Deliveries)
 	err := q.rdb.XAdd(ctx, &redis.XAddArgs{
@@ -224,7 +215,7 @@ func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
 }
 
-func encode(e outbox.Event) []any {
+func encode(e domain.Event) []any {
 	return []any{
 		"id", e.ID,
 		"type", e.Type,
@@ -237,13 +228,13 @@ func encode(e outbox.Event) []any {
 
 // decode never fails: a malformed ticket decodes to an event with zero
 // fields, which the worker rejects and parks as dead.
-func decode(m redis.XMessage, deliveries int64) Ticket {
+func decode(m redis.XMessage, deliveries int64) domain.Delivery {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
-	return Ticket{
+	return domain.Delivery{
 		MessageID:  m.ID,
 		Deliveries: deliveries,
-		Event: outbox.Event{
+		Event: domain.Event{
 			ID:        num("id"),
 			Type:      str("type"),
 			Attempt:   int(num("attempt")),

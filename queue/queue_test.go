@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
-	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 )
 
@@ -40,13 +40,13 @@ func setup(t *testing.T) (*queue.Queue, *testBundle) {
 var base = time.Date(2026, 11, 30, 8, 0, 0, 123456789, time.UTC)
 
 // makeEvents returns n events with ids from first.
-func makeEvents(first int64, n int) []outbox.Event {
-	events := make([]outbox.Event, n)
+func makeEvents(first int64, n int) []domain.Event {
+	events := make([]domain.Event, n)
 	for i := range events {
 		id := first + int64(i)
-		events[i] = outbox.Event{
+		events[i] = domain.Event{
 			ID:        id,
-			Type:      outbox.PostCreated,
+			Type:      domain.PostCreated,
 			Payload:   json.RawMessage(fmt.Sprintf(`{"post_id":%d,"author_id":7}`, 1000+id)),
 			Attempt:   1 + i%3,
 			CreatedAt: base.Add(time.Duration(id) * time.Second),
@@ -55,7 +55,7 @@ func makeEvents(first int64, n int) []outbox.Event {
 	return events
 }
 
-func publish(t *testing.T, q *queue.Queue, events []outbox.Event) {
+func publish(t *testing.T, q *queue.Queue, events []domain.Event) {
 	t.Helper()
 	tickets, errs := q.Publish(t.Context(), events)
 	require.Len(t, errs, len(events))
@@ -66,14 +66,14 @@ func publish(t *testing.T, q *queue.Queue, events []outbox.Event) {
 }
 
 // read reads up to count tickets without waiting long.
-func read(t *testing.T, q *queue.Queue, consumer string, count int) []queue.Ticket {
+func read(t *testing.T, q *queue.Queue, consumer string, count int) []domain.Delivery {
 	t.Helper()
 	tickets, err := q.Read(t.Context(), consumer, count, 10*time.Millisecond)
 	require.NoError(t, err)
 	return tickets
 }
 
-func requireEvent(t *testing.T, want outbox.Event, got queue.Ticket) {
+func requireEvent(t *testing.T, want domain.Event, got domain.Delivery) {
 	t.Helper()
 	require.Equal(t, want.ID, got.ID, "id")
 	require.Equal(t, want.Type, got.Type, "type")
@@ -83,7 +83,7 @@ func requireEvent(t *testing.T, want outbox.Event, got queue.Ticket) {
 	require.True(t, wantAt.Equal(got.CreatedAt), "created_at: want %v, got %v", wantAt, got.CreatedAt)
 }
 
-func ticketIDs(tickets []queue.Ticket) []int64 {
+func ticketIDs(tickets []domain.Delivery) []int64 {
 	ids := make([]int64, len(tickets))
 	for i, tk := range tickets {
 		ids[i] = tk.ID
@@ -91,7 +91,7 @@ func ticketIDs(tickets []queue.Ticket) []int64 {
 	return ids
 }
 
-func eventIDs(events []outbox.Event) []int64 {
+func eventIDs(events []domain.Event) []int64 {
 	ids := make([]int64, len(events))
 	for i, e := range events {
 		ids[i] = e.ID
@@ -164,9 +164,9 @@ func TestPublishAndRead(t *testing.T) {
 		t.Parallel()
 		q, b := setup(t)
 		events := makeEvents(1, 3)
-		events[1].Type = outbox.FollowCreated
+		events[1].Type = domain.FollowCreated
 		events[1].Payload = json.RawMessage(`{"follower_id":5,"followee_id":6}`)
-		events[2].Type = outbox.PostDeleted
+		events[2].Type = domain.PostDeleted
 		events[2].Attempt = 9
 		publish(t, q, events)
 		require.Equal(t, int64(3), streamLen(t, b, b.stream))
@@ -202,7 +202,7 @@ func TestPublishAndRead(t *testing.T) {
 		t.Parallel()
 		q, b := setup(t)
 		reader, waitBlocked := blockingReader(t, b)
-		var tickets []queue.Ticket
+		var tickets []domain.Delivery
 		var err error
 		done := make(chan struct{})
 		go func() {
@@ -343,7 +343,7 @@ func TestAck(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, msgs)
 
-		for _, tk := range []queue.Ticket{tickets[0], tickets[2]} {
+		for _, tk := range []domain.Delivery{tickets[0], tickets[2]} {
 			require.NoError(t, q.Ack(t.Context(), tk.MessageID))
 		}
 		requirePending(t, q, 0)
@@ -363,9 +363,9 @@ func TestAck(t *testing.T) {
 }
 
 // claimStaleEventually claims for consumer, once tickets idled 50ms, until it gets some.
-func claimStaleEventually(t *testing.T, q *queue.Queue, consumer string, count int) []queue.Ticket {
+func claimStaleEventually(t *testing.T, q *queue.Queue, consumer string, count int) []domain.Delivery {
 	t.Helper()
-	var tickets []queue.Ticket
+	var tickets []domain.Delivery
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := q.ClaimStale(t.Context(), consumer, 50*time.Millisecond, count)
 		require.NoError(c, err)
@@ -540,7 +540,7 @@ func TestRedisLoss(t *testing.T) {
 		_, b := setup(t)
 		q, waitBlocked := blockingReader(t, b)
 
-		var tickets []queue.Ticket
+		var tickets []domain.Delivery
 		var err error
 		done := make(chan struct{})
 		go func() {
@@ -574,7 +574,7 @@ func TestDeadLetter(t *testing.T) {
 	require.Len(t, dead, 1)
 	v := dead[0].Values
 	require.Equal(t, "1", v["id"])
-	require.Equal(t, outbox.PostCreated, v["type"])
+	require.Equal(t, domain.PostCreated, v["type"])
 	require.Equal(t, fmt.Sprint(events[0].Attempt), v["attempt"])
 	require.Equal(t, fmt.Sprint(events[0].CreatedAt.UnixMicro()), v["created"])
 	require.JSONEq(t, string(events[0].Payload), v["payload"].(string))

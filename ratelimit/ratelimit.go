@@ -31,31 +31,23 @@ func New(rdb redis.UniversalClient, prefix string) *Limiter {
 	return &Limiter{gcra: redis_rate.NewLimiter(prefixed{rdb, prefix}), prefix: prefix}
 }
 
-// Decision is the limiter's answer for one event.
-type Decision struct {
-	// Allowed is false when the user is over the limit.
-	Allowed bool
-	// RetryAfter is how long until the next event would be allowed; zero
-	// when Allowed.
-	RetryAfter time.Duration
-}
-
 // Allow counts one event of action by user against perMinute events a
-// minute (with a burst of as many), and says whether it may happen.
-// perMinute ≤ 0 means no limit. An error means Redis did not answer; the
-// event was not counted.
-func (l *Limiter) Allow(ctx context.Context, action string, user int64, perMinute int) (Decision, error) {
+// minute (with a burst of as many). It returns 0 when the event may happen,
+// and otherwise how long until the next one would be allowed. perMinute ≤ 0
+// means no limit. An error means Redis did not answer; nothing was counted.
+func (l *Limiter) Allow(ctx context.Context, action string, user int64, perMinute int) (time.Duration, error) {
 	if perMinute <= 0 {
-		return Decision{Allowed: true}, nil
+		return 0, nil
 	}
 	res, err := l.gcra.Allow(ctx, Key(action, user), redis_rate.PerMinute(perMinute))
 	if err != nil {
-		return Decision{}, fmt.Errorf("rate limit %s: %w", action, err)
+		return 0, fmt.Errorf("rate limit %s: %w", action, err)
 	}
 	if res.Allowed > 0 {
-		return Decision{Allowed: true}, nil
+		return 0, nil
 	}
-	return Decision{RetryAfter: res.RetryAfter}, nil
+	// redis_rate rounds nothing: a refusal always waits a little.
+	return max(res.RetryAfter, time.Millisecond), nil
 }
 
 // Key is the limiter's key of action and user, before the product's prefix
@@ -98,11 +90,4 @@ func (p prefixed) EvalShaRO(ctx context.Context, sha string, keys []string, args
 
 func (p prefixed) Del(ctx context.Context, keys ...string) *redis.IntCmd {
 	return p.UniversalClient.Del(ctx, p.keys(keys)...)
-}
-
-// RetryAfterSeconds is d in whole seconds, rounded up and at least 1: the
-// value of a Retry-After header that never invites a retry too early.
-func RetryAfterSeconds(d time.Duration) int {
-	s := int((d + time.Second - 1) / time.Second)
-	return max(s, 1)
 }

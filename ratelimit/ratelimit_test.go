@@ -16,9 +16,9 @@ func TestKeysAreBehindThePrefix(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.NewRedis(t)
 	l := ratelimit.New(rdb, prefix)
-	d, err := l.Allow(t.Context(), "posts", 5, 2)
+	wait, err := l.Allow(t.Context(), "posts", 5, 2)
 	require.NoError(t, err)
-	require.True(t, d.Allowed)
+	require.Zero(t, wait)
 
 	keys, err := rdb.Keys(t.Context(), prefix+"*").Result()
 	require.NoError(t, err)
@@ -33,33 +33,18 @@ func TestAllowCountsPerUserAndAction(t *testing.T) {
 	t.Parallel()
 	rdb, prefix := testenv.NewRedis(t)
 	l := ratelimit.New(rdb, prefix)
-	allow := func(action string, user int64) ratelimit.Decision {
-		d, err := l.Allow(t.Context(), action, user, 2)
+	allow := func(action string, user int64) time.Duration {
+		wait, err := l.Allow(t.Context(), action, user, 2)
 		require.NoError(t, err)
-		return d
+		return wait
 	}
-	require.True(t, allow("posts", 1).Allowed)
-	require.True(t, allow("posts", 1).Allowed)
-	over := allow("posts", 1)
-	require.False(t, over.Allowed)
-	require.InDelta(t, 30*time.Second, over.RetryAfter, float64(2*time.Second), "2 a minute: one every 30 s")
-	require.True(t, allow("posts", 2).Allowed, "another user")
-	require.True(t, allow("follows", 1).Allowed, "another action")
+	require.Zero(t, allow("posts", 1))
+	require.Zero(t, allow("posts", 1))
+	require.InDelta(t, 30*time.Second, allow("posts", 1), float64(2*time.Second), "2 a minute: one every 30 s")
+	require.Zero(t, allow("posts", 2), "another user")
+	require.Zero(t, allow("follows", 1), "another action")
 
-	d, err := l.Allow(t.Context(), "posts", 1, 0)
+	wait, err := l.Allow(t.Context(), "posts", 1, 0)
 	require.NoError(t, err)
-	require.True(t, d.Allowed, "0 is no limit")
-}
-
-func TestRetryAfterSeconds(t *testing.T) {
-	for d, want := range map[time.Duration]int{
-		0:                      1,
-		time.Millisecond:       1,
-		time.Second:            1,
-		time.Second + 1:        2,
-		20 * time.Second:       20,
-		59*time.Second + 999e6: 60,
-	} {
-		require.Equal(t, want, ratelimit.RetryAfterSeconds(d), "%s", d)
-	}
+	require.Zero(t, wait, "0 is no limit")
 }

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
-	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -190,14 +190,14 @@ FROM outbox ORDER BY id`)
 
 // chunksOf makes the chunk payloads of a post for the given boundaries, as
 // the fan-out worker does.
-func chunksOf(p outbox.PostPayload, bounds ...int64) []outbox.ChunkPayload {
-	var chunks []outbox.ChunkPayload
+func chunksOf(p domain.PostPayload, bounds ...int64) []domain.ChunkPayload {
+	var chunks []domain.ChunkPayload
 	after := int64(0)
 	for _, b := range bounds {
-		chunks = append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
+		chunks = append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
 		after = b
 	}
-	return append(chunks, outbox.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
+	return append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
 }
 
 // TestSplitFanout (finish_test.go) covers what a split writes and a second
@@ -206,7 +206,7 @@ func TestSplitParent(t *testing.T) {
 	t.Parallel()
 
 	// splitSetup creates a post, claims its row and returns it.
-	splitSetup := func(t *testing.T) (*store.DB, *testBundle, int64, outbox.PostPayload) {
+	splitSetup := func(t *testing.T) (*store.DB, *testBundle, int64, domain.PostPayload) {
 		t.Helper()
 		db, bundle := setup(t)
 		p, _, err := db.CreatePost(t.Context(), 3, "to many", "")
@@ -214,7 +214,7 @@ func TestSplitParent(t *testing.T) {
 		rows := outboxRows(t, bundle.pool)
 		require.Len(t, rows, 1)
 		requireClaim(t, db, rows[0].ID)
-		return db, bundle, rows[0].ID, outbox.PostPayload{PostID: p.ID, AuthorID: 3}
+		return db, bundle, rows[0].ID, domain.PostPayload{PostID: p.ID, AuthorID: 3}
 	}
 
 	t.Run("TheDispatcherAndLateFailuresLeaveItParked", func(t *testing.T) {
@@ -247,7 +247,7 @@ func TestSplitParent(t *testing.T) {
 		for i, c := range rows[1:] {
 			require.Equal(t, parent, *c.ParentID)
 			require.Equal(t, i+1, *c.ChunkNo)
-			require.Equal(t, chunks[i], decodeJSON[outbox.ChunkPayload](t, c.Payload))
+			require.Equal(t, chunks[i], decodeJSON[domain.ChunkPayload](t, c.Payload))
 		}
 		requireClaim(t, db, rows[1].ID, rows[2].ID) // only the chunks
 		requireClaim(t, db)
@@ -309,7 +309,7 @@ func TestSplitParent(t *testing.T) {
 		waitSignal(t, wake) // the one every (re)connection sends
 		requireNoSignal(t, wake)
 
-		_, err = db.SplitFanout(t.Context(), parent, chunksOf(outbox.PostPayload{PostID: p.ID, AuthorID: 3}, 10))
+		_, err = db.SplitFanout(t.Context(), parent, chunksOf(domain.PostPayload{PostID: p.ID, AuthorID: 3}, 10))
 		require.NoError(t, err)
 		waitSignal(t, wake)
 	})

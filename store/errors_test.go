@@ -9,8 +9,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
-	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -48,7 +48,7 @@ func TestUnreachableDatabase(t *testing.T) {
 			return err
 		}},
 		{"list follows", func(ctx context.Context) error {
-			f, err := db.Following(ctx, 1, &store.FollowCursor{Since: time.Now(), UserID: 5}, 10)
+			f, err := db.Following(ctx, 1, &domain.FollowCursor{Since: time.Now(), UserID: 5}, 10)
 			require.Nil(t, f)
 			return err
 		}},
@@ -148,7 +148,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		}},
 		{"outbox stats", func(ctx context.Context) error {
 			s, err := db.OutboxStats(ctx)
-			require.Equal(t, outbox.Stats{}, s)
+			require.Equal(t, domain.OutboxStats{}, s)
 			return err
 		}},
 		{"chunk boundaries", func(ctx context.Context) error {
@@ -156,7 +156,7 @@ func TestUnreachableDatabase(t *testing.T) {
 			return err
 		}},
 		{"split fan-out of outbox row 1", func(ctx context.Context) error {
-			_, err := db.SplitFanout(ctx, 1, []outbox.ChunkPayload{{PostID: 1, AuthorID: 1}})
+			_, err := db.SplitFanout(ctx, 1, []domain.ChunkPayload{{PostID: 1, AuthorID: 1}})
 			return err
 		}},
 		{"", func(ctx context.Context) error { return db.Ping(ctx) }},
@@ -165,7 +165,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		err := c.call(t.Context())
 		require.Error(t, err, c.name)
 		require.ErrorContains(t, err, c.name)
-		require.False(t, errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrForbidden),
+		require.False(t, errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrForbidden),
 			"%s: a failure is not an answer: %v", c.name, err)
 	}
 }
@@ -180,7 +180,7 @@ func TestCancelledContext(t *testing.T) {
 
 	_, err := db.Post(ctx, 1)
 	require.ErrorIs(t, err, context.Canceled)
-	require.NotErrorIs(t, err, store.ErrNotFound)
+	require.NotErrorIs(t, err, domain.ErrNotFound)
 	_, _, found, err := db.PostStatus(ctx, 1)
 	require.ErrorIs(t, err, context.Canceled)
 	require.False(t, found)

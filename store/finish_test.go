@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
-	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -39,10 +39,10 @@ RETURNING id`).Scan(&id))
 }
 
 // finChunks returns n chunk payloads of post 1 with boundaries 10, 20, ….
-func finChunks(n int) []outbox.ChunkPayload {
-	chunks := make([]outbox.ChunkPayload, n)
+func finChunks(n int) []domain.ChunkPayload {
+	chunks := make([]domain.ChunkPayload, n)
 	for i := range chunks {
-		chunks[i] = outbox.ChunkPayload{PostID: 1, AuthorID: 1, After: int64(10 * i), Until: int64(10 * (i + 1))}
+		chunks[i] = domain.ChunkPayload{PostID: 1, AuthorID: 1, After: int64(10 * i), Until: int64(10 * (i + 1))}
 	}
 	chunks[n-1].Until = 0
 	return chunks
@@ -76,7 +76,7 @@ type tbStore interface {
 type finChunkRow struct {
 	ID        int64
 	No        int
-	Payload   outbox.ChunkPayload
+	Payload   domain.ChunkPayload
 	Status    string
 	CreatedAt time.Time
 }
@@ -147,7 +147,7 @@ func TestSplitFanout(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, events, 3)
 		for _, e := range events {
-			require.Equal(t, outbox.FanoutChunk, e.Type)
+			require.Equal(t, domain.FanoutChunk, e.Type)
 		}
 	})
 

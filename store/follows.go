@@ -8,14 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 )
-
-// Follow is one edge of the social graph as listings show it.
-type Follow struct {
-	UserID int64     `json:"user_id"`
-	Since  time.Time `json:"since"`
-}
 
 // followSQL adds the edge, bumps the followee's follower count and writes
 // follow.created, all in one statement; an existing edge changes nothing.
@@ -29,7 +23,7 @@ WITH f AS (
     ON CONFLICT (user_id) DO UPDATE SET followers = follower_counts.followers + 1
 ), o AS (
     INSERT INTO outbox (event_type, payload)
-    SELECT '` + outbox.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+    SELECT '` + domain.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
 )
 SELECT count(*) FROM f`
 
@@ -43,7 +37,7 @@ WITH f AS (
     WHERE user_id = (SELECT followee_id FROM f)
 ), o AS (
     INSERT INTO outbox (event_type, payload)
-    SELECT '` + outbox.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+    SELECT '` + domain.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
 )
 SELECT count(*) FROM f`
 
@@ -51,7 +45,7 @@ SELECT count(*) FROM f`
 // following twice is not an error.
 func (db *DB) Follow(ctx context.Context, follower, followee int64) (bool, error) {
 	if follower == followee {
-		return false, ErrSelfFollow
+		return false, domain.ErrSelfFollow
 	}
 	var n int
 	if err := db.primary.QueryRow(ctx, followSQL, follower, followee).Scan(&n); err != nil {
@@ -81,15 +75,9 @@ func (db *DB) IsFollowing(ctx context.Context, follower, followee int64) (bool, 
 	return ok, nil
 }
 
-// FollowCursor is a position in a newest-first follow listing.
-type FollowCursor struct {
-	Since  time.Time
-	UserID int64
-}
-
 // Followers lists who follows userID, newest first, after the cursor (nil for
 // the first page).
-func (db *DB) Followers(ctx context.Context, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+func (db *DB) Followers(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 	return db.listFollows(ctx, `
 SELECT follower_id, created_at FROM follows
 WHERE followee_id = $1 AND ($2::timestamptz IS NULL OR (created_at, follower_id) < ($2, $3))
@@ -97,14 +85,14 @@ ORDER BY created_at DESC, follower_id DESC LIMIT $4`, userID, after, limit)
 }
 
 // Following lists whom userID follows, newest first, after the cursor.
-func (db *DB) Following(ctx context.Context, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+func (db *DB) Following(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 	return db.listFollows(ctx, `
 SELECT followee_id, created_at FROM follows
 WHERE follower_id = $1 AND ($2::timestamptz IS NULL OR (created_at, followee_id) < ($2, $3))
 ORDER BY created_at DESC, followee_id DESC LIMIT $4`, userID, after, limit)
 }
 
-func (db *DB) listFollows(ctx context.Context, sql string, userID int64, after *FollowCursor, limit int) ([]Follow, error) {
+func (db *DB) listFollows(ctx context.Context, sql string, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 	var since *time.Time
 	var id int64
 	if after != nil {
@@ -114,8 +102,8 @@ func (db *DB) listFollows(ctx context.Context, sql string, userID int64, after *
 	if err != nil {
 		return nil, fmt.Errorf("list follows: %w", err)
 	}
-	follows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (Follow, error) {
-		var f Follow
+	follows, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.Follow, error) {
+		var f domain.Follow
 		err := row.Scan(&f.UserID, &f.Since)
 		f.Since = f.Since.UTC()
 		return f, err

@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -22,16 +22,16 @@ func requireFollowerCount(t *testing.T, db *store.DB, user, want int64) {
 	require.Equal(t, want, n, "follower count of %d", user)
 }
 
-func requireFollowEvents(t *testing.T, pool *pgxpool.Pool, typ string, want ...outbox.FollowPayload) {
+func requireFollowEvents(t *testing.T, pool *pgxpool.Pool, typ string, want ...domain.FollowPayload) {
 	t.Helper()
 	rows := outboxRowsOfType(t, pool, typ)
-	got := make([]outbox.FollowPayload, len(rows))
+	got := make([]domain.FollowPayload, len(rows))
 	for i, r := range rows {
-		got[i] = decodeJSON[outbox.FollowPayload](t, r.Payload)
+		got[i] = decodeJSON[domain.FollowPayload](t, r.Payload)
 		require.Equal(t, "pending", r.Status)
 	}
 	if len(want) == 0 {
-		want = []outbox.FollowPayload{}
+		want = []domain.FollowPayload{}
 	}
 	require.Equal(t, want, got, "%s events", typ)
 }
@@ -56,7 +56,7 @@ func TestFollow(t *testing.T) {
 		require.False(t, ok, "following is one-way")
 		requireFollowerCount(t, db, 2, 1)
 		requireFollowerCount(t, db, 1, 0)
-		requireFollowEvents(t, bundle.pool, outbox.FollowCreated, outbox.FollowPayload{FollowerID: 1, FolloweeID: 2})
+		requireFollowEvents(t, bundle.pool, domain.FollowCreated, domain.FollowPayload{FollowerID: 1, FolloweeID: 2})
 	})
 
 	t.Run("FollowingTwiceChangesNothing", func(t *testing.T) {
@@ -90,7 +90,7 @@ func TestFollow(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, ok)
 		requireFollowerCount(t, db, 2, 1)
-		requireFollowEvents(t, bundle.pool, outbox.FollowDeleted, outbox.FollowPayload{FollowerID: 1, FolloweeID: 2})
+		requireFollowEvents(t, bundle.pool, domain.FollowDeleted, domain.FollowPayload{FollowerID: 1, FolloweeID: 2})
 	})
 
 	t.Run("UnfollowingTwiceOrANonEdgeChangesNothing", func(t *testing.T) {
@@ -112,7 +112,7 @@ func TestFollow(t *testing.T) {
 		requireFollowerCount(t, db, 2, 0)
 		requireFollowerCount(t, db, 6, 0)
 		require.Len(t, outboxRows(t, bundle.pool), 2, "one follow.created and one follow.deleted")
-		requireFollowEvents(t, bundle.pool, outbox.FollowDeleted, outbox.FollowPayload{FollowerID: 1, FolloweeID: 2})
+		requireFollowEvents(t, bundle.pool, domain.FollowDeleted, domain.FollowPayload{FollowerID: 1, FolloweeID: 2})
 	})
 
 	t.Run("FollowAgainAfterUnfollowIsANewEdge", func(t *testing.T) {
@@ -129,9 +129,9 @@ func TestFollow(t *testing.T) {
 			require.True(t, removed)
 			requireFollowerCount(t, db, 2, 0)
 		}
-		edge := outbox.FollowPayload{FollowerID: 1, FolloweeID: 2}
-		requireFollowEvents(t, bundle.pool, outbox.FollowCreated, edge, edge)
-		requireFollowEvents(t, bundle.pool, outbox.FollowDeleted, edge, edge)
+		edge := domain.FollowPayload{FollowerID: 1, FolloweeID: 2}
+		requireFollowEvents(t, bundle.pool, domain.FollowCreated, edge, edge)
+		requireFollowEvents(t, bundle.pool, domain.FollowDeleted, edge, edge)
 	})
 
 	t.Run("FollowingYourselfIsRefused", func(t *testing.T) {
@@ -139,7 +139,7 @@ func TestFollow(t *testing.T) {
 		db, bundle := setup(t)
 		ctx := t.Context()
 		created, err := db.Follow(ctx, 4, 4)
-		require.ErrorIs(t, err, store.ErrSelfFollow)
+		require.ErrorIs(t, err, domain.ErrSelfFollow)
 		require.False(t, created)
 
 		ok, err := db.IsFollowing(ctx, 4, 4)
@@ -199,8 +199,8 @@ func TestFollow(t *testing.T) {
 		}
 		require.Equal(t, edges, net, "reported changes add up to the edges")
 		requireFollowerCount(t, db, star, edges)
-		created := len(outboxRowsOfType(t, bundle.pool, outbox.FollowCreated))
-		deleted := len(outboxRowsOfType(t, bundle.pool, outbox.FollowDeleted))
+		created := len(outboxRowsOfType(t, bundle.pool, domain.FollowCreated))
+		deleted := len(outboxRowsOfType(t, bundle.pool, domain.FollowDeleted))
 		require.Equal(t, edges, int64(created-deleted), "one event per change")
 	})
 }
@@ -212,10 +212,10 @@ type edge struct {
 }
 
 // pageFollows pages through a listing with limit, cursor from the last item.
-func pageFollows(t *testing.T, list func(after *store.FollowCursor, limit int) ([]store.Follow, error), limit int) []store.Follow {
+func pageFollows(t *testing.T, list func(after *domain.FollowCursor, limit int) ([]domain.Follow, error), limit int) []domain.Follow {
 	t.Helper()
-	var all []store.Follow
-	var after *store.FollowCursor
+	var all []domain.Follow
+	var after *domain.FollowCursor
 	for page := 0; ; page++ {
 		require.Less(t, page, 100, "paging does not end")
 		items, err := list(after, limit)
@@ -226,11 +226,11 @@ func pageFollows(t *testing.T, list func(after *store.FollowCursor, limit int) (
 			return all
 		}
 		last := items[len(items)-1]
-		after = &store.FollowCursor{Since: last.Since, UserID: last.UserID}
+		after = &domain.FollowCursor{Since: last.Since, UserID: last.UserID}
 	}
 }
 
-func requireListing(t *testing.T, want []edge, got []store.Follow) {
+func requireListing(t *testing.T, want []edge, got []domain.Follow) {
 	t.Helper()
 	gotUsers := make([]int64, len(got))
 	for i, f := range got {
@@ -280,7 +280,7 @@ func TestFollowListings(t *testing.T) {
 		}
 		requireListing(t, want, all)
 
-		got := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		got := pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Followers(t.Context(), celebrity, after, limit)
 		}, 10)
 		requireListing(t, want, got)
@@ -301,11 +301,11 @@ func TestFollowListings(t *testing.T) {
 WHERE followee_id = $1`, celebrity, base)
 		want := expectedListing(100, 125, base)
 
-		got := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		got := pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Followers(t.Context(), celebrity, after, limit)
 		}, 10)
 		requireListing(t, want, got)
-		got = pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		got = pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Followers(t.Context(), celebrity, after, limit)
 		}, 3)
 		requireListing(t, want, got)
@@ -330,7 +330,7 @@ WHERE followee_id = $1`, celebrity, base)
 		}
 		requireListing(t, want, all)
 
-		got := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		got := pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Following(t.Context(), fan, after, limit)
 		}, 10)
 		requireListing(t, want, got)
@@ -349,7 +349,7 @@ WHERE followee_id = $1`, celebrity, base)
 WHERE follower_id = $1`, fan, base)
 		want := expectedListing(100, 125, base)
 
-		got := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		got := pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Following(t.Context(), fan, after, limit)
 		}, 10)
 		requireListing(t, want, got)
@@ -368,7 +368,7 @@ WHERE follower_id = $1`, fan, base)
 	})
 }
 
-func sinceOf(list []store.Follow, user int64) time.Time {
+func sinceOf(list []domain.Follow, user int64) time.Time {
 	for _, f := range list {
 		if f.UserID == user {
 			return f.Since
@@ -481,7 +481,7 @@ WHERE followee_id = $1`, star, base)
 		_, err = db.Unfollow(ctx, 113, star)
 		require.NoError(t, err)
 
-		next, err := db.Followers(ctx, star, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
+		next, err := db.Followers(ctx, star, &domain.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
 		require.NoError(t, err)
 		require.Equal(t, []int64{114, 112, 111, 110, 109}, followUsers(next))
 	})
@@ -495,7 +495,7 @@ WHERE followee_id = $1`, star, base)
 		last := page[len(page)-1]
 
 		requireFollows(t, db, 500, star) // newer than every edge: on a fresh first page only
-		next, err := db.Followers(ctx, star, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
+		next, err := db.Followers(ctx, star, &domain.FollowCursor{Since: last.Since, UserID: last.UserID}, 5)
 		require.NoError(t, err)
 		require.Equal(t, users(114, 110), followUsers(next))
 		fresh, err := db.Followers(ctx, star, nil, 1)
@@ -512,7 +512,7 @@ WHERE followee_id = $1`, star, base)
 		exec(t, bundle.pool, `UPDATE follows SET created_at = $2::timestamptz + interval '10 seconds' + interval '1 microsecond'
 WHERE followee_id = $1 AND follower_id = 200`, star, base)
 
-		all := pageFollows(t, func(after *store.FollowCursor, limit int) ([]store.Follow, error) {
+		all := pageFollows(t, func(after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
 			return db.Followers(ctx, star, after, limit)
 		}, 1)
 		want := append(append(users(119, 111), 200), users(110, 100)...)
@@ -535,7 +535,7 @@ WHERE follower_id = $1`, 7, base)
 		last := page[len(page)-1]
 		_, err = db.Unfollow(ctx, 7, 108)
 		require.NoError(t, err)
-		next, err := db.Following(ctx, 7, &store.FollowCursor{Since: last.Since, UserID: last.UserID}, 100)
+		next, err := db.Following(ctx, 7, &domain.FollowCursor{Since: last.Since, UserID: last.UserID}, 100)
 		require.NoError(t, err)
 		require.Equal(t, users(107, 100), followUsers(next))
 	})

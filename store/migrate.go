@@ -2,15 +2,16 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
 // Migrations run on every deploy while the service serves, so a migration of
@@ -185,15 +186,15 @@ func (m *migrator) fail(sql string, err error) error {
 // isLockTimeout reports whether err is a lock wait that gave up (55P03,
 // lock_not_available) or a deadlock (40P01): both pass if tried again later.
 func isLockTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "55P03" || pgErr.Code == "40P01")
+	return hasCode(err, pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected)
 }
 
 // retry runs step until it succeeds, fails otherwise than by a lock timeout,
 // or has been retried for RetryFor.
 func (m *migrator) retry(ctx context.Context, step func() error) error {
 	start := time.Now()
-	delay := migrateMinBackoff
+	wait := backoff.Doubling{Min: migrateMinBackoff, Max: migrateMaxBackoff}
+	delay := wait.Next()
 	for attempt := 1; ; attempt++ {
 		err := step()
 		if err == nil || !isLockTimeout(err) {
@@ -203,13 +204,11 @@ func (m *migrator) retry(ctx context.Context, step func() error) error {
 		if m.opts.RetryFor < 0 || spent+delay > m.opts.RetryFor {
 			return fmt.Errorf("gave up after %s in %s: %w", attempts(attempt), spent.Round(time.Millisecond), err)
 		}
-		select {
-		case <-ctx.Done():
+		if !backoff.Sleep(ctx, delay) {
 			return fmt.Errorf("stopped after %s: %w (%w)", attempts(attempt), err, ctx.Err())
-		case <-time.After(delay):
 		}
 		m.report.Retries++
-		delay = min(delay*2, migrateMaxBackoff)
+		delay = wait.Next()
 	}
 }
 
@@ -301,7 +300,7 @@ func (m *migrator) buildIndex(ctx context.Context, s *statement) error {
 	}
 	var valid *bool
 	err := m.conn.QueryRow(ctx, "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", s.name).Scan(&valid)
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err != nil && !isNoRows(err) {
 		return m.fail(s.concurrently, fmt.Errorf("check the catalog: %w", err))
 	}
 	if valid != nil && *valid {

@@ -7,6 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
 // OutboxChannel is the LISTEN/NOTIFY channel that wakes dispatchers.
@@ -66,18 +68,15 @@ func Listen(ctx context.Context, url string, log *zap.Logger) <-chan struct{} {
 		}
 	}
 	go func() {
-		delay := time.Duration(0)
+		var retry backoff.Doubling
 		for ctx.Err() == nil {
 			err := listenOnce(ctx, url, signal)
 			if ctx.Err() != nil {
 				return
 			}
-			delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+			delay := retry.Next()
 			log.Debug("outbox listener lost its connection; reconnecting", zap.Error(err), zap.Duration("retry_in", delay))
-			select {
-			case <-ctx.Done():
-			case <-time.After(delay):
-			}
+			backoff.Sleep(ctx, delay)
 		}
 	}()
 	return wake

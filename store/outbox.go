@@ -9,7 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // claimSQL takes up to $1 rows that need a dispatcher — pending and due, or
@@ -30,13 +30,13 @@ WHERE id = ANY(ARRAY(
 RETURNING id, event_type, payload, attempts, failures, COALESCE(ticket, ''), created_at`
 
 // Claim leases up to limit due outbox rows to the caller for lease.
-func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]outbox.Event, error) {
+func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	rows, err := db.primary.Query(ctx, claimSQL, limit, lease)
 	if err != nil {
 		return nil, fmt.Errorf("claim outbox batch: %w", err)
 	}
-	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (outbox.Event, error) {
-		var e outbox.Event
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.Event, error) {
+		var e domain.Event
 		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.Failures, &e.Ticket, &e.CreatedAt)
 		return e, err
 	})
@@ -91,7 +91,7 @@ func (db *DB) FinishEvent(ctx context.Context, id int64) (finished bool, latency
 UPDATE outbox SET status = 'done', finished_at = now(), last_error = NULL
 WHERE id = $1 AND status IN ('pending', 'publishing', 'published')
 RETURNING extract(epoch FROM now() - created_at)::float8`, id).Scan(&seconds)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if isNoRows(err) {
 		return false, 0, nil
 	}
 	if err != nil {
@@ -119,7 +119,7 @@ SET failures = failures + 1,
     last_error = left($4, 2000)
 WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_left IS NULL
 RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if isNoRows(err) {
 		return false, nil
 	}
 	if err != nil {
@@ -166,8 +166,8 @@ DELETE FROM outbox WHERE id IN (
 }
 
 // OutboxStats counts outbox rows by state.
-func (db *DB) OutboxStats(ctx context.Context) (outbox.Stats, error) {
-	var s outbox.Stats
+func (db *DB) OutboxStats(ctx context.Context) (domain.OutboxStats, error) {
+	var s domain.OutboxStats
 	var oldest float64
 	err := db.primary.QueryRow(ctx, `
 SELECT
@@ -178,7 +178,7 @@ SELECT
 FROM outbox WHERE status IN ('pending', 'publishing', 'published', 'dead')`).
 		Scan(&s.Pending, &s.InFlight, &s.Dead, &oldest)
 	if err != nil {
-		return outbox.Stats{}, fmt.Errorf("outbox stats: %w", err)
+		return domain.OutboxStats{}, fmt.Errorf("outbox stats: %w", err)
 	}
 	s.OldestPendingAge = time.Duration(oldest * float64(time.Second))
 	return s, nil
@@ -207,7 +207,7 @@ SELECT follower_id FROM (
 // decided: two splits that start together are serialized on it, and the
 // second sees the first's chunks (a statement-level snapshot would not, and
 // would add its extra chunks to a count that did not include them).
-func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.ChunkPayload) (int, error) {
+func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []domain.ChunkPayload) (int, error) {
 	payloads := make([]string, len(chunks))
 	for i, c := range chunks {
 		b, err := json.Marshal(c)
@@ -224,7 +224,7 @@ func (db *DB) SplitFanout(ctx context.Context, parentID int64, chunks []outbox.C
 SELECT chunks_left, status IN ('pending', 'publishing', 'published') FROM outbox WHERE id = $1 FOR UPDATE`,
 			parentID).Scan(&left, &inFlight)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case isNoRows(err):
 			return nil
 		case err != nil:
 			return err
@@ -242,7 +242,7 @@ SELECT chunks_left, status IN ('pending', 'publishing', 'published') FROM outbox
 		if err := tx.QueryRow(ctx, `
 WITH c AS (
     INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
-    SELECT '`+outbox.FanoutChunk+`', p.payload::jsonb, o.id, p.no, o.created_at
+    SELECT '`+domain.FanoutChunk+`', p.payload::jsonb, o.id, p.no, o.created_at
     FROM outbox o, unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
     WHERE o.id = $1
     ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING

@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/store"
 )
 
-func eventIDs(events []outbox.Event) []int64 {
+func eventIDs(events []domain.Event) []int64 {
 	ids := make([]int64, len(events))
 	for i, e := range events {
 		ids[i] = e.ID
@@ -25,7 +25,7 @@ func eventIDs(events []outbox.Event) []int64 {
 }
 
 // requireClaim claims with a long lease and requires exactly the given rows.
-func requireClaim(t *testing.T, db *store.DB, want ...int64) []outbox.Event {
+func requireClaim(t *testing.T, db *store.DB, want ...int64) []domain.Event {
 	t.Helper()
 	events, err := db.Claim(t.Context(), 100, time.Minute)
 	require.NoError(t, err)
@@ -40,9 +40,9 @@ func requireClaim(t *testing.T, db *store.DB, want ...int64) []outbox.Event {
 
 // claimEventually claims until a claim returns rows: leases, redelivery
 // deadlines and backoffs run out on the database clock.
-func claimEventually(t *testing.T, db *store.DB) []outbox.Event {
+func claimEventually(t *testing.T, db *store.DB) []domain.Event {
 	t.Helper()
-	var events []outbox.Event
+	var events []domain.Event
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		got, err := db.Claim(t.Context(), 10, time.Minute)
 		require.NoError(c, err)
@@ -69,17 +69,17 @@ func TestClaim(t *testing.T) {
 		events, err := db.Claim(ctx, 10, time.Minute)
 		require.NoError(t, err)
 		require.Len(t, events, 2)
-		slices.SortFunc(events, func(a, b outbox.Event) int { return int(a.ID - b.ID) })
+		slices.SortFunc(events, func(a, b domain.Event) int { return int(a.ID - b.ID) })
 
 		require.Equal(t, rows[0].ID, events[0].ID)
-		require.Equal(t, outbox.PostCreated, events[0].Type)
-		require.Equal(t, outbox.PostPayload{PostID: p.ID, AuthorID: 11}, decodeJSON[outbox.PostPayload](t, events[0].Payload))
+		require.Equal(t, domain.PostCreated, events[0].Type)
+		require.Equal(t, domain.PostPayload{PostID: p.ID, AuthorID: 11}, decodeJSON[domain.PostPayload](t, events[0].Payload))
 		require.Equal(t, 1, events[0].Attempt)
 		require.True(t, p.CreatedAt.Equal(events[0].CreatedAt), "event created_at is the post's")
 
 		require.Equal(t, rows[1].ID, events[1].ID)
-		require.Equal(t, outbox.FollowCreated, events[1].Type)
-		require.Equal(t, outbox.FollowPayload{FollowerID: 12, FolloweeID: 11}, decodeJSON[outbox.FollowPayload](t, events[1].Payload))
+		require.Equal(t, domain.FollowCreated, events[1].Type)
+		require.Equal(t, domain.FollowPayload{FollowerID: 12, FolloweeID: 11}, decodeJSON[domain.FollowPayload](t, events[1].Payload))
 		require.Equal(t, 1, events[1].Attempt)
 
 		for _, r := range outboxRows(t, bundle.pool) {
@@ -578,7 +578,7 @@ func TestOutboxStats(t *testing.T) {
 		db, _ := setup(t)
 		s, err := db.OutboxStats(t.Context())
 		require.NoError(t, err)
-		require.Equal(t, outbox.Stats{}, s)
+		require.Equal(t, domain.OutboxStats{}, s)
 	})
 
 	t.Run("CountsRowsByState", func(t *testing.T) {

@@ -2,14 +2,12 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // createPostSQL writes the post and its post.created outbox row in one
@@ -24,40 +22,40 @@ WITH p AS (
     RETURNING id, author_id, body, created_at
 ), o AS (
     INSERT INTO outbox (event_type, payload, created_at)
-    SELECT '` + outbox.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at FROM p
+    SELECT '` + domain.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at FROM p
 )
 SELECT id, author_id, body, created_at FROM p`
 
 // CreatePost stores a post and its delivery intent atomically. When key is not
 // empty and the author already created a post with it, that post is returned
 // with created false and nothing is written.
-func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) (post feed.Post, created bool, err error) {
+func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) (post domain.Post, created bool, err error) {
 	post, err = scanPost(db.primary.QueryRow(ctx, createPostSQL, authorID, body, key))
 	if err == nil {
 		return post, true, nil
 	}
-	if !errors.Is(err, pgx.ErrNoRows) || key == "" {
-		return feed.Post{}, false, fmt.Errorf("create post: %w", err)
+	if !isNoRows(err) || key == "" {
+		return domain.Post{}, false, fmt.Errorf("create post: %w", err)
 	}
 	// The key was used before: answer with the first post, deleted or not.
 	post, err = scanPost(db.primary.QueryRow(ctx,
 		`SELECT id, author_id, body, created_at FROM posts WHERE author_id = $1 AND idempotency_key = $2`,
 		authorID, key))
 	if err != nil {
-		return feed.Post{}, false, fmt.Errorf("create post: find by idempotency key: %w", err)
+		return domain.Post{}, false, fmt.Errorf("create post: find by idempotency key: %w", err)
 	}
 	return post, false, nil
 }
 
-// Post returns a post that exists and is not deleted, or ErrNotFound.
-func (db *DB) Post(ctx context.Context, id int64) (feed.Post, error) {
+// Post returns a post that exists and is not deleted, or domain.ErrNotFound.
+func (db *DB) Post(ctx context.Context, id int64) (domain.Post, error) {
 	post, err := scanPost(db.primary.QueryRow(ctx,
 		`SELECT id, author_id, body, created_at FROM posts WHERE id = $1 AND deleted_at IS NULL`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return feed.Post{}, ErrNotFound
+	if isNoRows(err) {
+		return domain.Post{}, domain.ErrNotFound
 	}
 	if err != nil {
-		return feed.Post{}, fmt.Errorf("get post %d: %w", id, err)
+		return domain.Post{}, fmt.Errorf("get post %d: %w", id, err)
 	}
 	return post, nil
 }
@@ -67,7 +65,7 @@ func (db *DB) Post(ctx context.Context, id int64) (feed.Post, error) {
 func (db *DB) PostStatus(ctx context.Context, id int64) (authorID int64, deleted, found bool, err error) {
 	err = db.primary.QueryRow(ctx, `SELECT author_id, deleted_at IS NOT NULL FROM posts WHERE id = $1`, id).
 		Scan(&authorID, &deleted)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if isNoRows(err) {
 		return 0, false, false, nil
 	}
 	if err != nil {
@@ -78,7 +76,7 @@ func (db *DB) PostStatus(ctx context.Context, id int64) (authorID int64, deleted
 
 // PostsByID returns the posts with the given ids that exist and are not
 // deleted, in no particular order.
-func (db *DB) PostsByID(ctx context.Context, ids []int64) ([]feed.Post, error) {
+func (db *DB) PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error) {
 	rows, err := db.primary.Query(ctx,
 		`SELECT id, author_id, body, created_at FROM posts WHERE id = ANY($1) AND deleted_at IS NULL`, ids)
 	if err != nil {
@@ -96,12 +94,12 @@ WITH p AS (
     RETURNING id, author_id
 ), o AS (
     INSERT INTO outbox (event_type, payload)
-    SELECT '` + outbox.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id) FROM p
+    SELECT '` + domain.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id) FROM p
 )
 SELECT count(*) FROM p`
 
-// DeletePost deletes the post id on behalf of authorID. It returns ErrNotFound
-// when the post does not exist or is already deleted, and ErrForbidden when
+// DeletePost deletes the post id on behalf of authorID. It returns domain.ErrNotFound
+// when the post does not exist or is already deleted, and domain.ErrForbidden when
 // somebody else wrote it.
 func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
 	var n int
@@ -114,20 +112,20 @@ func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
 	var owner int64
 	err := db.primary.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1 AND deleted_at IS NULL`, id).Scan(&owner)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return ErrNotFound
+	case isNoRows(err):
+		return domain.ErrNotFound
 	case err != nil:
 		return fmt.Errorf("delete post %d: %w", id, err)
 	case owner != authorID:
-		return ErrForbidden
+		return domain.ErrForbidden
 	default: // deleted and recreated in between cannot happen; treat as gone
-		return ErrNotFound
+		return domain.ErrNotFound
 	}
 }
 
 // AuthorPosts returns up to limit of the author's posts with id < before
 // (before <= 0: from the newest), newest first.
-func (db *DB) AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]feed.Post, error) {
+func (db *DB) AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]domain.Post, error) {
 	if before <= 0 {
 		before = math.MaxInt64
 	}
@@ -145,7 +143,7 @@ ORDER BY id DESC LIMIT $3`, authorID, before, limit)
 // people followerID follows, newest first: the truth that a home feed caches.
 // Each followee contributes at most limit posts through the (author_id, id)
 // index, so the cost grows with the number of followees, not of their posts.
-func (db *DB) FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]feed.Post, error) {
+func (db *DB) FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error) {
 	rows, err := db.primary.Query(ctx, `
 SELECT p.id, p.author_id, p.body, p.created_at
 FROM follows f
@@ -171,15 +169,15 @@ SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND deleted_at IS NULL
 ORDER BY id DESC LIMIT $3`, authorID, since, limit)
 }
 
-func scanPost(row pgx.Row) (feed.Post, error) {
-	var p feed.Post
+func scanPost(row pgx.Row) (domain.Post, error) {
+	var p domain.Post
 	err := row.Scan(&p.ID, &p.AuthorID, &p.Body, &p.CreatedAt)
 	p.CreatedAt = p.CreatedAt.UTC()
 	return p, err
 }
 
-func collectPosts(rows pgx.Rows) ([]feed.Post, error) {
-	posts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (feed.Post, error) { return scanPost(row) })
+func collectPosts(rows pgx.Rows) ([]domain.Post, error) {
+	posts, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.Post, error) { return scanPost(row) })
 	if err != nil {
 		return nil, fmt.Errorf("read posts: %w", err)
 	}

@@ -10,13 +10,12 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/newsfeed/newsfeed/feed"
-	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/store"
 )
 
 // requireSamePost compares posts field by field (times by instant).
-func requireSamePost(t *testing.T, want, got feed.Post) {
+func requireSamePost(t *testing.T, want, got domain.Post) {
 	t.Helper()
 	require.Equal(t, want.ID, got.ID, "id")
 	require.Equal(t, want.AuthorID, got.AuthorID, "author_id")
@@ -24,7 +23,7 @@ func requireSamePost(t *testing.T, want, got feed.Post) {
 	require.True(t, want.CreatedAt.Equal(got.CreatedAt), "created_at: want %v, got %v", want.CreatedAt, got.CreatedAt)
 }
 
-func postIDs(posts []feed.Post) []int64 {
+func postIDs(posts []domain.Post) []int64 {
 	ids := make([]int64, len(posts))
 	for i, p := range posts {
 		ids[i] = p.ID
@@ -33,9 +32,9 @@ func postIDs(posts []feed.Post) []int64 {
 }
 
 // createPosts creates n posts by author and returns them oldest first.
-func createPosts(t *testing.T, db *store.DB, author int64, n int) []feed.Post {
+func createPosts(t *testing.T, db *store.DB, author int64, n int) []domain.Post {
 	t.Helper()
-	posts := make([]feed.Post, n)
+	posts := make([]domain.Post, n)
 	for i := range posts {
 		p, created, err := db.CreatePost(t.Context(), author, "post", "")
 		require.NoError(t, err)
@@ -68,11 +67,11 @@ func TestCreatePost(t *testing.T) {
 
 		rows := outboxRows(t, bundle.pool)
 		require.Len(t, rows, 1)
-		require.Equal(t, outbox.PostCreated, rows[0].Type)
+		require.Equal(t, domain.PostCreated, rows[0].Type)
 		require.Equal(t, "pending", rows[0].Status)
 		require.Zero(t, rows[0].Attempts)
 		require.LessOrEqual(t, rows[0].DueIn, time.Duration(0), "due at once")
-		require.Equal(t, outbox.PostPayload{PostID: p.ID, AuthorID: 42}, decodeJSON[outbox.PostPayload](t, rows[0].Payload))
+		require.Equal(t, domain.PostPayload{PostID: p.ID, AuthorID: 42}, decodeJSON[domain.PostPayload](t, rows[0].Payload))
 		// One statement, one transaction: the event carries the post's commit time.
 		require.True(t, p.CreatedAt.Equal(rows[0].CreatedAt), "event created_at %v, post created_at %v", rows[0].CreatedAt, p.CreatedAt)
 	})
@@ -83,11 +82,11 @@ func TestCreatePost(t *testing.T) {
 		posts := createPosts(t, db, 5, 3)
 		posts = append(posts, createPosts(t, db, 6, 2)...)
 
-		rows := outboxRowsOfType(t, bundle.pool, outbox.PostCreated)
+		rows := outboxRowsOfType(t, bundle.pool, domain.PostCreated)
 		require.Len(t, rows, len(posts))
 		for i, r := range rows {
-			require.Equal(t, outbox.PostPayload{PostID: posts[i].ID, AuthorID: posts[i].AuthorID},
-				decodeJSON[outbox.PostPayload](t, r.Payload))
+			require.Equal(t, domain.PostPayload{PostID: posts[i].ID, AuthorID: posts[i].AuthorID},
+				decodeJSON[domain.PostPayload](t, r.Payload))
 		}
 	})
 
@@ -144,7 +143,7 @@ func TestCreatePost(t *testing.T) {
 
 		rows := outboxRows(t, bundle.pool)
 		require.Len(t, rows, 2)
-		require.Equal(t, outbox.PostPayload{PostID: b.ID, AuthorID: 2}, decodeJSON[outbox.PostPayload](t, rows[1].Payload))
+		require.Equal(t, domain.PostPayload{PostID: b.ID, AuthorID: 2}, decodeJSON[domain.PostPayload](t, rows[1].Payload))
 	})
 
 	t.Run("AnotherKeyBySameAuthorCreatesANewPost", func(t *testing.T) {
@@ -178,14 +177,14 @@ func TestCreatePost(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, created)
 		requireSamePost(t, first, again)
-		require.Len(t, outboxRowsOfType(t, bundle.pool, outbox.PostCreated), 1)
+		require.Len(t, outboxRowsOfType(t, bundle.pool, domain.PostCreated), 1)
 	})
 
 	t.Run("ConcurrentRequestsWithOneKeyCreateOnePost", func(t *testing.T) {
 		t.Parallel()
 		db, bundle := setup(t)
 		const n = 8
-		posts := make([]feed.Post, n)
+		posts := make([]domain.Post, n)
 		created := make([]bool, n)
 		errs := make([]error, n)
 		start := make(chan struct{})
@@ -225,11 +224,11 @@ func TestDeletePost(t *testing.T) {
 		require.NoError(t, db.DeletePost(ctx, p.ID, 3))
 
 		_, err = db.Post(ctx, p.ID)
-		require.ErrorIs(t, err, store.ErrNotFound)
-		rows := outboxRowsOfType(t, bundle.pool, outbox.PostDeleted)
+		require.ErrorIs(t, err, domain.ErrNotFound)
+		rows := outboxRowsOfType(t, bundle.pool, domain.PostDeleted)
 		require.Len(t, rows, 1)
 		require.Equal(t, "pending", rows[0].Status)
-		require.Equal(t, outbox.PostPayload{PostID: p.ID, AuthorID: 3}, decodeJSON[outbox.PostPayload](t, rows[0].Payload))
+		require.Equal(t, domain.PostPayload{PostID: p.ID, AuthorID: 3}, decodeJSON[domain.PostPayload](t, rows[0].Payload))
 	})
 
 	t.Run("BySomebodyElseIsForbiddenAndChangesNothing", func(t *testing.T) {
@@ -239,18 +238,18 @@ func TestDeletePost(t *testing.T) {
 		p, _, err := db.CreatePost(ctx, 3, "mine", "")
 		require.NoError(t, err)
 
-		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 4), store.ErrForbidden)
+		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 4), domain.ErrForbidden)
 
 		got, err := db.Post(ctx, p.ID)
 		require.NoError(t, err)
 		requireSamePost(t, p, got)
-		require.Empty(t, outboxRowsOfType(t, bundle.pool, outbox.PostDeleted))
+		require.Empty(t, outboxRowsOfType(t, bundle.pool, domain.PostDeleted))
 	})
 
 	t.Run("MissingIsNotFound", func(t *testing.T) {
 		t.Parallel()
 		db, bundle := setup(t)
-		require.ErrorIs(t, db.DeletePost(t.Context(), 12345, 3), store.ErrNotFound)
+		require.ErrorIs(t, db.DeletePost(t.Context(), 12345, 3), domain.ErrNotFound)
 		require.Empty(t, outboxRows(t, bundle.pool))
 	})
 
@@ -262,10 +261,10 @@ func TestDeletePost(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, db.DeletePost(ctx, p.ID, 3))
 
-		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 3), store.ErrNotFound)
+		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 3), domain.ErrNotFound)
 		// Somebody else deleting a deleted post learns nothing more than "not found".
-		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 4), store.ErrNotFound)
-		require.Len(t, outboxRowsOfType(t, bundle.pool, outbox.PostDeleted), 1)
+		require.ErrorIs(t, db.DeletePost(ctx, p.ID, 4), domain.ErrNotFound)
+		require.Len(t, outboxRowsOfType(t, bundle.pool, domain.PostDeleted), 1)
 	})
 
 	t.Run("DeletedPostsLeaveEveryListing", func(t *testing.T) {
@@ -305,7 +304,7 @@ func TestPost(t *testing.T) {
 		t.Parallel()
 		db, _ := setup(t)
 		_, err := db.Post(t.Context(), 999)
-		require.ErrorIs(t, err, store.ErrNotFound)
+		require.ErrorIs(t, err, domain.ErrNotFound)
 	})
 
 	t.Run("PostsByIDSkipsMissingIDs", func(t *testing.T) {
@@ -314,7 +313,7 @@ func TestPost(t *testing.T) {
 		posts := createPosts(t, db, 1, 2)
 		got, err := db.PostsByID(t.Context(), []int64{posts[0].ID, 999999, posts[1].ID})
 		require.NoError(t, err)
-		slices.SortFunc(got, func(a, b feed.Post) int { return int(a.ID - b.ID) })
+		slices.SortFunc(got, func(a, b domain.Post) int { return int(a.ID - b.ID) })
 		require.Len(t, got, 2)
 		requireSamePost(t, posts[0], got[0])
 		requireSamePost(t, posts[1], got[1])
@@ -332,7 +331,7 @@ func TestAuthorPosts(t *testing.T) {
 		t.Parallel()
 		db, _ := setup(t)
 		ctx := t.Context()
-		var mine []feed.Post
+		var mine []domain.Post
 		for range 25 { // interleaved with another author's posts
 			mine = append(mine, createPosts(t, db, 1, 1)...)
 			createPosts(t, db, 2, 1)
@@ -483,7 +482,7 @@ func TestAuthorPostIDsSince(t *testing.T) {
 	t.Parallel()
 	db, _ := setup(t)
 	ctx := t.Context()
-	var mine []feed.Post
+	var mine []domain.Post
 	for range 6 {
 		mine = append(mine, createPosts(t, db, 1, 1)...)
 		createPosts(t, db, 2, 1)
@@ -536,7 +535,7 @@ func TestPostStatus(t *testing.T) {
 		require.True(t, deleted)
 		require.Equal(t, int64(4), author)
 		_, err = db.Post(t.Context(), posts[1].ID)
-		require.ErrorIs(t, err, store.ErrNotFound, "while Post hides it")
+		require.ErrorIs(t, err, domain.ErrNotFound, "while Post hides it")
 	})
 
 	t.Run("AMissingPostIsNotFoundAndNotAnError", func(t *testing.T) {

@@ -8,13 +8,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
-	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
 
 // followUsers returns the user ids of a follow listing.
-func followUsers(list []store.Follow) []int64 {
+func followUsers(list []domain.Follow) []int64 {
 	ids := make([]int64, len(list))
 	for i, f := range list {
 		ids[i] = f.UserID
@@ -183,9 +183,9 @@ func TestReadPool(t *testing.T) {
 }
 
 // createPostsWithBody creates n posts by author with body and returns them oldest first.
-func createPostsWithBody(t *testing.T, db *store.DB, author int64, body string, n int) []feed.Post {
+func createPostsWithBody(t *testing.T, db *store.DB, author int64, body string, n int) []domain.Post {
 	t.Helper()
-	posts := make([]feed.Post, n)
+	posts := make([]domain.Post, n)
 	for i := range posts {
 		p, created, err := db.CreatePost(t.Context(), author, body, "")
 		require.NoError(t, err)

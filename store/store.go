@@ -5,22 +5,14 @@ package store
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-var (
-	// ErrNotFound is returned when a post does not exist or was deleted.
-	ErrNotFound = errors.New("not found")
-	// ErrForbidden is returned when a user changes something that is not theirs.
-	ErrForbidden = errors.New("forbidden")
-	// ErrSelfFollow is returned when a user tries to follow themselves.
-	ErrSelfFollow = errors.New("cannot follow yourself")
+	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
 // DB is the PostgreSQL store. The listings that users page through
@@ -59,7 +51,9 @@ func Connect(ctx context.Context, url string, maxConns int32, wait time.Duration
 		return nil, fmt.Errorf("database url: %w", err)
 	}
 	deadline := time.Now().Add(wait)
-	for delay := 100 * time.Millisecond; ; delay = min(delay*2, 2*time.Second) {
+	retry := backoff.Doubling{Max: 2 * time.Second}
+	for {
+		delay := retry.Next()
 		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		err = pool.Ping(pingCtx)
 		cancel()
@@ -70,30 +64,19 @@ func Connect(ctx context.Context, url string, maxConns int32, wait time.Duration
 			pool.Close()
 			return nil, fmt.Errorf("connect to database: %w", err)
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
+		backoff.Sleep(ctx, delay)
 	}
 }
 
 // isPermanent tells errors that waiting will not fix (bad database name,
 // bad credentials) from a server that is not up yet.
 func isPermanent(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case "3D000", "28000", "28P01": // invalid_catalog_name, invalid_authorization, invalid_password
-			return true
-		}
-	}
-	return false
+	return hasCode(err, pgerrcode.InvalidCatalogName, pgerrcode.InvalidAuthorizationSpecification, pgerrcode.InvalidPassword)
 }
 
 // IsDatabaseMissing reports whether err says the database does not exist.
 func IsDatabaseMissing(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "3D000"
+	return hasCode(err, pgerrcode.InvalidCatalogName)
 }
 
 // CreateDatabase creates the database named in url by connecting to the
@@ -112,8 +95,7 @@ func CreateDatabase(ctx context.Context, url string) error {
 	}
 	defer conn.Close(ctx)
 	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize())
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42P04" || pgErr.Code == "23505") { // duplicate_database, or a concurrent create
+	if hasCode(err, pgerrcode.DuplicateDatabase, pgerrcode.UniqueViolation) { // or a concurrent create
 		return nil
 	}
 	if err != nil {

@@ -1,4 +1,4 @@
-package outbox
+package domain
 
 import (
 	"encoding/json"
@@ -16,7 +16,8 @@ const (
 	FanoutChunk = "fanout.chunk"
 )
 
-// Event is one outbox row as the dispatcher claims it and the queue carries it.
+// Event is one outbox row — the intent to deliver a change, written in the
+// change's transaction — as the dispatcher claims it and the queue carries it.
 type Event struct {
 	// ID is the outbox row id.
 	ID int64
@@ -54,4 +55,26 @@ type ChunkPayload struct {
 type FollowPayload struct {
 	FollowerID int64 `json:"follower_id"`
 	FolloweeID int64 `json:"followee_id"`
+}
+
+// Delivery is an event as a fan-out worker receives it from the queue.
+type Delivery struct {
+	// MessageID is the queue's id of this delivery (a stream entry id).
+	MessageID string
+	// Deliveries counts how often the queue delivered it (1 at first).
+	Deliveries int64
+	Event
+}
+
+// OutboxStats counts outbox rows by state: what `newsfeed outbox stats`
+// prints and the outbox gauges export.
+type OutboxStats struct {
+	// Pending rows wait to be published.
+	Pending int64 `json:"pending"`
+	// InFlight rows are claimed or published and not finished yet.
+	InFlight int64 `json:"in_flight"`
+	// Dead rows gave up; an operator may retry them.
+	Dead int64 `json:"dead"`
+	// OldestPendingAge is the age of the oldest row not finished nor dead.
+	OldestPendingAge time.Duration `json:"-"`
 }

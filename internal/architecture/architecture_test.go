@@ -1,0 +1,80 @@
+// Package architecture holds the test that keeps the import graph pointing
+// one way: the shared vocabulary (domain) at the bottom, the adapters to
+// PostgreSQL and Redis above it, the services that use them through their own
+// interfaces above those, and app, which alone wires concrete types together.
+//
+//	domain ← store, feed, queue, ratelimit (adapters)
+//	domain ← outbox, fanout, api (services; they import no adapter)
+//	everything ← app, bench ← main
+package architecture
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/newsfeed/newsfeed"
+
+// allowed lists, for every package of the module, the packages of the module
+// its non-test code may import. A package missing here fails the test: say
+// where a new package sits before it is used.
+var allowed = map[string][]string{
+	"domain":                {},
+	"internal/backoff":      {},
+	"ratelimit":             {},
+	"store":                 {"domain", "internal/backoff"},
+	"feed":                  {"domain"},
+	"queue":                 {"domain"},
+	"outbox":                {"domain", "internal/backoff"},
+	"fanout":                {"domain", "internal/backoff"},
+	"api":                   {"domain"},
+	"internal/testenv":      {"store"},
+	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff"},
+	"app":                   {"*"},
+	"":                      {"app"}, // main
+	"e2e":                   {},      // tests only
+	"internal/architecture": {},
+}
+
+func TestImportsPointOneWay(t *testing.T) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..")
+	cmd := exec.Command("go", "list", "-f", `{{.ImportPath}}|{{join .Imports ","}}`, "./...")
+	cmd.Dir = root
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, imports, _ := strings.Cut(line, "|")
+		pkg := strings.TrimPrefix(strings.TrimPrefix(path, module), "/")
+		may, known := allowed[pkg]
+		if !known {
+			t.Errorf("package %q has no place in the architecture: add it to allowed in %s", pkg, file)
+			continue
+		}
+		if slices.Contains(may, "*") {
+			continue
+		}
+		for _, imp := range strings.Split(imports, ",") {
+			if imp != module && !strings.HasPrefix(imp, module+"/") {
+				continue
+			}
+			dep := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+			if !slices.Contains(may, dep) {
+				t.Errorf("%s imports %s, against the direction of the graph (it may import %v)", orMain(pkg), orMain(dep), may)
+			}
+		}
+	}
+}
+
+func orMain(pkg string) string {
+	if pkg == "" {
+		return "main"
+	}
+	return pkg
+}
