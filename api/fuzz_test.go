@@ -34,7 +34,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
-	"github.com/newsfeed/newsfeed/store"
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // fuzzPost is the JSON shape of a post.
@@ -632,7 +632,7 @@ func FuzzFollowCursor(f *testing.F) {
 		}
 		since := time.UnixMicro(micros).UTC()
 		if userID > 0 && !since.Before(lo) && !since.After(hi) {
-			pos := store.FollowCursor{Since: since, UserID: userID}
+			pos := domain.FollowCursor{Since: since, UserID: userID}
 			enc := encodeFollowCursor(pos)
 			if back, err := decodeFollowCursor(*enc); err != nil || *back != pos {
 				t.Fatalf("follow cursor of %+v (%q) decoded to %+v, %v", pos, *enc, back, err)
