@@ -1,10 +1,22 @@
 # The two commands that matter: `make run` and `make test`. Both set up
-# PostgreSQL and Redis first (scripts/services.sh).
+# PostgreSQL and Redis first (scripts/services.sh). `make help` lists the rest.
 export PATH := $(PATH):/usr/local/go/bin
 
 BIN := bin/newsfeed
 
-.PHONY: run test model build services lint bench clean
+# golangci-lint, pinned, built from the Go module proxy (no prebuilt download)
+# once per version into a cache outside the checkout.
+GOLANGCI_LINT_VERSION := v2.15.0
+TOOLS := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/newsfeed-tools/$(GOLANGCI_LINT_VERSION)
+GOLANGCI_LINT := $(TOOLS)/golangci-lint
+
+# How long `make test` fuzzes each target; `make fuzz` runs longer.
+FUZZ_TIME_CI := 10s
+
+.PHONY: help run test test-short model fuzz build services lint bench clean
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: services build ## build and run every role in one process (development)
 	$(BIN) all --dev
@@ -12,17 +24,26 @@ run: services build ## build and run every role in one process (development)
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
 # `services` then makes sure a C compiler is installed (--cc).
 test: SERVICES_FLAGS = --tests --cc
-test: services ## every test, with the race detector, against the real servers; then the model-based feed test in full
+test: services lint ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
+	scripts/fuzz.sh $(FUZZ_TIME_CI)
+
+test-short: SERVICES_FLAGS = --tests
+test-short: services ## the inner loop: unit and integration tests without the e2e suite or the full model test (under a minute)
+	go test -short -count=1 -timeout 5m $$(go list ./... | grep -v /e2e)
 
 model: SERVICES_FLAGS = --tests
 model: services ## the model-based feed test alone, longer: make model CHECKS=200
 	NEWSFEED_MODEL_CHECKS=$(or $(CHECKS),100) go test -count=1 -timeout 60m -run '^TestFeedModel$$' -v ./api/
 
+fuzz: SERVICES_FLAGS = --tests
+fuzz: services ## every fuzz target for FUZZ_TIME each (default 1m): make fuzz FUZZ_TIME=5m
+	scripts/fuzz.sh $(or $(FUZZ_TIME),1m)
+
 # What `newsfeed version` prints; outside a git checkout, "dev" and "unknown".
 VERSION := $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git diff --quiet HEAD 2>/dev/null || echo -dirty)
+COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev-parse --git-dir >/dev/null 2>&1 && ! git diff --quiet HEAD 2>/dev/null && echo -dirty)
 
 build: ## the binary, bin/newsfeed
 	go build -ldflags "-X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(BIN) .
@@ -30,11 +51,14 @@ build: ## the binary, bin/newsfeed
 services: ## start (or install) PostgreSQL and Redis (and, for make test, a C compiler)
 	@scripts/services.sh $(SERVICES_FLAGS)
 
-lint:
-	@test -z "$$(gofmt -l .)" || { gofmt -l .; exit 1; }
-	go vet ./...
+$(GOLANGCI_LINT):
+	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) from the Go module proxy (once)"
+	GOFLAGS= GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
 
-clean:
+lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml: errcheck, staticcheck, revive, gosec, bodyclose, noctx, …) and gofmt
+	$(GOLANGCI_LINT) run ./...
+
+clean: ## remove bin/
 	rm -rf bin
 
 bench: services build ## the default benchmark scenario (under 3 minutes); results in bench-results/

@@ -111,8 +111,8 @@ func hasLoneSurrogate(raw []byte) bool {
 }
 
 func hex4(b []byte) (rune, bool) {
-	n, err := strconv.ParseUint(string(b), 16, 32)
-	return rune(n), err == nil
+	n, err := strconv.ParseUint(string(b), 16, 16) // four hex digits fit 16 bits
+	return rune(n), err == nil                     //nolint:gosec // n < 1<<16
 }
 
 // jsonFieldNames returns the JSON names of the fields of the struct v points to.

@@ -65,7 +65,7 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("mistakes name the key", func(t *testing.T) {
 		t.Parallel()
 		for body, key := range map[string]string{
-			"feed:\n  max_lenght: 1\n":    "feed.max_lenght",
+			"feed:\n  max_length: 1\n":    "feed.max_length",
 			"feed:\n  max_len: lots\n":    "max_len",
 			"outbox:\n  lease: forever\n": "lease",
 			"log:\n  level: loud\n":       "log.level",

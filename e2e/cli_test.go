@@ -49,7 +49,7 @@ func TestBadConfiguration(t *testing.T) {
 		wants string
 	}{
 		{name: "unparsable file", file: "feed: [unclosed\n", args: []string{"serve"}, wants: "config.yaml"},
-		{name: "unknown key in file", file: "feed:\n  max_lenght: 5\n", args: []string{"serve"}, wants: "feed.max_lenght"},
+		{name: "unknown key in file", file: "feed:\n  max_length: 5\n", args: []string{"serve"}, wants: "feed.max_length"},
 		{name: "wrong type in env", env: []string{"NEWSFEED_FEED_MAX_LEN=many"}, args: []string{"serve"}, wants: "max_len"},
 		{name: "out of range", env: []string{"NEWSFEED_FANOUT_CONCURRENCY=0"}, args: []string{"work"}, wants: "fanout.concurrency"},
 		{name: "missing explicit file", args: []string{"--config", "nope.yaml", "serve"}, wants: "nope.yaml"},

@@ -204,8 +204,8 @@ func BenchmarkHydrateLimit(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			ids, err := rb.rdb.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
-				Max: "+inf", Min: "(0", Count: readPage + 1,
+			ids, err := rb.rdb.ZRangeArgs(ctx, redis.ZRangeArgs{
+				Key: key, ByScore: true, Rev: true, Start: "+inf", Stop: "(0", Count: readPage + 1,
 			}).Result()
 			if err != nil {
 				b.Error(err)

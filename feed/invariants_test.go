@@ -80,7 +80,7 @@ func ids(posts []domain.Post) []int64 {
 // would show of them.
 func (b *bundle) feedMembers(t *testing.T, user int64) []int64 {
 	t.Helper()
-	members, err := b.rdb.ZRangeByScore(context.Background(), b.feedKey(user), &redis.ZRangeBy{Min: "1", Max: "+inf"}).Result()
+	members, err := b.rdb.ZRangeArgs(context.Background(), redis.ZRangeArgs{Key: b.feedKey(user), ByScore: true, Start: "1", Stop: "+inf"}).Result()
 	require.NoError(t, err)
 	var out []int64
 	for _, m := range members {
