@@ -9,7 +9,7 @@
 //
 // Where things are: worker.go is what the worker needs (Graph, Feeds,
 // Outbox, Queue), New and the Run loop that takes tickets; config.go is
-// Config and its defaults; ticket.go is a ticket's life
+// Config, its defaults and its validation; ticket.go is a ticket's life
 // (process, finish, bury, ack, heartbeat); events.go routes an event to its
 // handler and names the outcomes; post.go is a post's fan-out (post.created,
 // its chunks, post.deleted); follow.go is follow.created and follow.deleted;
@@ -115,13 +115,14 @@ type Worker struct {
 	metrics *Metrics
 }
 
-// New builds a worker.
-func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) *Worker {
-	cfg.setDefaults()
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
+// New builds a worker. It returns an error, naming the field, if a value of
+// cfg is out of range; zero fields take their defaults (see Config).
+func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) (*Worker, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}
+	cfg.setDefaults()
+	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}, nil
 }
 
 // Run processes tickets until ctx ends, then lets in-flight tickets finish
