@@ -220,13 +220,16 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb *redis.Client, prefix string, c
 	}
 	p.disp = outbox.NewDispatcher(db, p.queue, outbox.Config{RedeliverAfter: time.Hour})
 	p.e = api.New(db, db, p.feeds, api.Config{Secret: testSecret})
-	w := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
+	w, err := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
 		Concurrency:     4,
 		PageSize:        cfg.PageSize,
 		ChunkSize:       cfg.ChunkSize,
 		ClaimIdle:       time.Minute,
 		ShutdownTimeout: 10 * time.Second,
 	})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
 	wctx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() { _ = w.Run(wctx); close(done) }()

@@ -308,7 +308,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 		if err := s.Queue.EnsureGroup(ctx); err != nil {
 			s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
 		}
-		w := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
+		w, err := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
 			Concurrency:     cfg.Fanout.Concurrency,
 			PageSize:        cfg.Fanout.PageSize,
 			ChunkSize:       cfg.Fanout.ChunkSize,
@@ -321,6 +321,9 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			Metrics:         s.fanoutMetrics,
 			Logger:          s.Log.Named("work"),
 		})
+		if err != nil {
+			return err
+		}
 		g.Go(func() error { return w.Run(ctx) })
 	}
 	s.Log.Info("started", zap.Any("roles", roles), zap.String("http_addr", cfg.HTTP.Addr),

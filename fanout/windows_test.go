@@ -366,7 +366,9 @@ func TestDefaults(t *testing.T) {
 		b.follow(t, author, []int64{follower})
 		b.buildFeeds(t, []int64{follower})
 		// No consumer name, metrics or logger: the defaults.
-		run(t, fanout.New(b.db, b.feeds, b.db, b.queue, fanout.Config{}))
+		w, err := fanout.New(b.db, b.feeds, b.db, b.queue, fanout.Config{})
+		require.NoError(t, err)
+		run(t, w)
 		postID := b.post(t, author)
 		b.deliver(t)
 		require.Equal(t, []int64{postID}, b.feedPosts(t, follower))

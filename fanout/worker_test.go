@@ -107,7 +107,9 @@ func (b *testBundle) newWorkerOn(t *testing.T, feeds fanout.Feeds, ob fanout.Out
 	if cfg.ShutdownTimeout == 0 {
 		cfg.ShutdownTimeout = 5 * time.Second
 	}
-	return fanout.New(b.db, feeds, ob, q, cfg)
+	w, err := fanout.New(b.db, feeds, ob, q, cfg)
+	require.NoError(t, err)
+	return w
 }
 
 // running is a worker's Run in the background.

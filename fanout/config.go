@@ -1,0 +1,141 @@
+package fanout
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/backoff"
+)
+
+// The defaults of Config: a zero field takes its default.
+const (
+	// DefaultConcurrency is tickets processed at once.
+	DefaultConcurrency = 64
+	// DefaultPageSize is followers read and written per round trip.
+	DefaultPageSize = 1000
+	// DefaultChunkSize is followers per chunk of a split fan-out.
+	DefaultChunkSize = 5000
+	// DefaultClaimIdle is how long a ticket held by a silent consumer waits
+	// before another takes it over.
+	DefaultClaimIdle = 30 * time.Second
+	// DefaultMaxDeliveries is how often a ticket may be delivered before it
+	// is dead-lettered.
+	DefaultMaxDeliveries = 5
+	// DefaultMaxAttempts is how often a failing event is tried before it is dead.
+	DefaultMaxAttempts = 10
+	// DefaultRedeliverAfter is how far each heartbeat pushes the outbox
+	// row's redelivery deadline.
+	DefaultRedeliverAfter = 2 * time.Minute
+	// DefaultShutdownTimeout is how long Run lets in-flight tickets finish
+	// after its context ends.
+	DefaultShutdownTimeout = 15 * time.Second
+)
+
+// Config configures a Worker. A zero field takes the default named; a
+// negative one is out of range, and New refuses it.
+type Config struct {
+	// Concurrency is tickets processed at once. Defaults to
+	// DefaultConcurrency (64).
+	Concurrency int
+	// PageSize is followers read and written per round trip. Defaults to
+	// DefaultPageSize (1000).
+	PageSize int
+	// ChunkSize: a fan-out to more followers is split into chunks of this
+	// many that any worker can take (fanout.chunk_size). Defaults to
+	// DefaultChunkSize (5000).
+	ChunkSize int
+	// ClaimIdle is when a ticket held by a silent consumer is taken over;
+	// the worker touches its own tickets well within it. Defaults to
+	// DefaultClaimIdle (30s).
+	ClaimIdle time.Duration
+	// MaxDeliveries: a ticket delivered more often (its workers keep dying)
+	// is dead-lettered. Defaults to DefaultMaxDeliveries (5).
+	MaxDeliveries int64
+	// MaxAttempts before a failing event is dead. Defaults to
+	// DefaultMaxAttempts (10).
+	MaxAttempts int
+	// Backoff spaces retries of a failing event. Defaults to
+	// backoff.DefaultSchedule; a negative Base or Max is out of range.
+	Backoff backoff.Schedule
+	// RedeliverAfter is how far each heartbeat pushes the outbox row's
+	// redelivery deadline. Defaults to DefaultRedeliverAfter (2m).
+	RedeliverAfter time.Duration
+	// ShutdownTimeout is how long Run lets in-flight tickets finish after its
+	// context ends before cancelling them (they are redelivered). Defaults to
+	// DefaultShutdownTimeout (15s).
+	ShutdownTimeout time.Duration
+	// Consumer names this worker in the consumer group. Defaults to host-pid.
+	Consumer string
+	// Metrics to update. Defaults to unregistered ones.
+	Metrics *Metrics
+	// Logger defaults to a no-op logger.
+	Logger *zap.Logger
+}
+
+// validate refuses the values out of range, naming each field. Zero is in
+// range: it means the default.
+func (c *Config) validate() error {
+	return errors.Join(
+		nonNegative("Concurrency", c.Concurrency, DefaultConcurrency),
+		nonNegative("PageSize", c.PageSize, DefaultPageSize),
+		nonNegative("ChunkSize", c.ChunkSize, DefaultChunkSize),
+		nonNegative("ClaimIdle", c.ClaimIdle, DefaultClaimIdle),
+		nonNegative("MaxDeliveries", c.MaxDeliveries, DefaultMaxDeliveries),
+		nonNegative("MaxAttempts", c.MaxAttempts, DefaultMaxAttempts),
+		nonNegativeBackoff("Backoff.Base", c.Backoff.Base),
+		nonNegativeBackoff("Backoff.Max", c.Backoff.Max),
+		nonNegative("RedeliverAfter", c.RedeliverAfter, DefaultRedeliverAfter),
+		nonNegative("ShutdownTimeout", c.ShutdownTimeout, DefaultShutdownTimeout),
+	)
+}
+
+func nonNegative[T int | int64 | time.Duration](field string, v, def T) error {
+	if v >= 0 {
+		return nil
+	}
+	return fmt.Errorf("fanout: Config.%s is %v, out of range: it must be positive, or 0 for the default %v", field, v, def)
+}
+
+// nonNegativeBackoff checks a field of Backoff, which takes its default
+// (backoff.DefaultSchedule) only as a whole, when both fields are zero.
+func nonNegativeBackoff(field string, v time.Duration) error {
+	if v >= 0 {
+		return nil
+	}
+	return fmt.Errorf("fanout: Config.%s is %v, out of range: it must not be negative", field, v)
+}
+
+// setDefaults fills the zero fields of a valid Config.
+func (c *Config) setDefaults() {
+	setDefault(&c.Concurrency, DefaultConcurrency)
+	setDefault(&c.PageSize, DefaultPageSize)
+	setDefault(&c.ChunkSize, DefaultChunkSize)
+	setDefault(&c.ClaimIdle, DefaultClaimIdle)
+	setDefault(&c.MaxDeliveries, DefaultMaxDeliveries)
+	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
+	setDefault(&c.RedeliverAfter, DefaultRedeliverAfter)
+	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	if c.Backoff == (backoff.Schedule{}) {
+		c.Backoff = backoff.DefaultSchedule
+	}
+	if c.Consumer == "" {
+		host, _ := os.Hostname()
+		c.Consumer = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6)
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
+	}
+}
+
+func setDefault[T int | int64 | time.Duration](v *T, def T) {
+	if *v == 0 {
+		*v = def
+	}
+}

@@ -1,0 +1,171 @@
+package fanout
+
+import (
+	"context"
+	"fmt"
+	"math"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// pushPost delivers a new post: into its author's timeline if the author
+// is a celebrity, else into the followers' feeds (and the timeline too for a
+// former celebrity). What the post's delete must clean is recorded first: a
+// pulled post is in no feed, unless another handling of its event (one
+// before, or a redelivery after the author fell below the threshold) pushed
+// it. Only a first handling can know that none did before it, and a later
+// one that pushes (or any push of a former celebrity's post, whose earlier
+// handling may have been a pull) marks the post pushed for good.
+func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostPayload) (outcome, error) {
+	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
+		return outcomeDone, err
+	}
+	followers, pulled, err := w.graph.Reach(ctx, p.AuthorID)
+	if err != nil {
+		return outcomeDone, err
+	}
+	first := t.Deliveries <= 1 && t.Attempt <= 1 && t.Failures == 0
+	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
+		if !pulled {
+			if err := w.graph.MarkPulled(ctx, p.AuthorID); err != nil {
+				return outcomeDone, err
+			}
+		}
+		if first {
+			if err := w.graph.MarkPostPulled(ctx, p.PostID, t.ID); err != nil {
+				return outcomeDone, err
+			}
+		}
+		return outcomeDone, w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
+	}
+	if pulled || !first {
+		if err := w.graph.MarkPostPushed(ctx, p.PostID); err != nil {
+			return outcomeDone, err
+		}
+	}
+	if pulled {
+		// A former celebrity: readers still merge the timeline (it holds
+		// the posts that went nowhere else), so it must stay complete.
+		if err := w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+			return outcomeDone, err
+		}
+	}
+	if followers > int64(w.cfg.ChunkSize) {
+		return w.split(ctx, t.ID, p)
+	}
+	return outcomeDone, w.push(ctx, p.PostID, p.AuthorID, 0, 0)
+}
+
+// split turns a big fan-out into chunks of ChunkSize followers, each an
+// outbox event that any worker can take and that is retried on its own;
+// its outcome is outcomeSplit: the event finishes with its last chunk.
+func (w *Worker) split(ctx context.Context, eventID int64, p domain.PostPayload) (outcome, error) {
+	bounds, err := w.graph.ChunkBoundaries(ctx, p.AuthorID, w.cfg.ChunkSize)
+	if err != nil {
+		return outcomeDone, err
+	}
+	chunks := make([]domain.ChunkPayload, 0, len(bounds)+1)
+	after := int64(0)
+	for _, b := range bounds {
+		chunks = append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after, Until: b})
+		after = b
+	}
+	chunks = append(chunks, domain.ChunkPayload{PostID: p.PostID, AuthorID: p.AuthorID, After: after})
+	if _, err := w.outbox.SplitFanout(ctx, eventID, chunks); err != nil {
+		return outcomeDone, err
+	}
+	return outcomeSplit, nil
+}
+
+func (w *Worker) pushChunk(ctx context.Context, c domain.ChunkPayload) error {
+	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
+		return err
+	}
+	return w.push(ctx, c.PostID, c.AuthorID, c.After, c.Until)
+}
+
+// push writes a post into the feeds of the author's followers in (after,
+// until] (until 0: no bound).
+func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64) error {
+	return w.eachFollowerPage(ctx, authorID, after, until, func(followers []int64) error {
+		added, err := w.feeds.Push(ctx, authorID, postID, followers)
+		w.metrics.entries.Add(float64(added))
+		return err
+	})
+}
+
+func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
+	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
+		return err
+	}
+	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+		return err
+	}
+	// A celebrity's post went to the timeline only: no follower's feed
+	// has it, and a ZREM to each of millions of feeds would find nothing.
+	if only, err := w.graph.PostPulledOnly(ctx, p.PostID); err != nil || only {
+		return err
+	}
+	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(followers []int64) error {
+		return w.feeds.Remove(ctx, followers, []int64{p.PostID})
+	})
+}
+
+// eachFollowerPage calls fn with the author's followers, one keyset page at
+// a time: memory stays flat however many followers there are. The next page
+// is read from PostgreSQL while fn writes the current one to Redis.
+func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until int64, fn func([]int64) error) error {
+	type page struct {
+		ids []int64
+		err error
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan page, 1)
+	go func() {
+		defer close(pages)
+		if until <= 0 {
+			until = math.MaxInt64
+		}
+		for {
+			ids, err := w.graph.FollowerIDRange(ctx, authorID, after, until, w.cfg.PageSize)
+			select {
+			case pages <- page{ids, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || len(ids) < w.cfg.PageSize {
+				return
+			}
+			after = ids[len(ids)-1]
+		}
+	}()
+	for p := range pages {
+		if p.err != nil {
+			return p.err
+		}
+		if len(p.ids) == 0 {
+			return nil
+		}
+		if err := fn(p.ids); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// deliverable checks that the post is there to deliver: missing is an error
+// worth retrying (a replica may lag, an operator may restore it), by
+// somebody else is a malformed event, deleted is nothing to do.
+func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (bool, error) {
+	author, deleted, found, err := w.graph.PostStatus(ctx, postID)
+	switch {
+	case err != nil:
+		return false, err
+	case !found:
+		return false, fmt.Errorf("post %d does not exist", postID)
+	case author != authorID:
+		return false, permanent("post %d is by user %d, not %d", postID, author, authorID)
+	}
+	return !deleted, nil // a deleted post: post.deleted cleans what was
+}

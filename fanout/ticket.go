@@ -1,0 +1,126 @@
+package fanout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// process handles one ticket from start to acknowledgement.
+func (w *Worker) process(ctx context.Context, t domain.Delivery) {
+	log := w.log.With(zap.Int64("outbox_id", t.ID), zap.String("type", t.Type), zap.String("message_id", t.MessageID))
+	if t.Deliveries > w.cfg.MaxDeliveries {
+		w.bury(ctx, log, t, fmt.Sprintf("delivered %d times without finishing", t.Deliveries))
+		return
+	}
+
+	stopHeartbeat := w.heartbeat(ctx, log, t)
+	out, err := w.handle(ctx, t)
+	stopHeartbeat()
+
+	switch {
+	case ctx.Err() != nil:
+		w.metrics.tickets.WithLabelValues(t.Type, "abandoned").Inc()
+		return // shutting down: the ticket stays pending and is redelivered
+	case err == nil && out == outcomeSplit:
+		// The chunks are events of their own now; the parent finishes with
+		// the last of them.
+		w.ack(ctx, log, t)
+		w.metrics.tickets.WithLabelValues(t.Type, "split").Inc()
+	case err == nil:
+		if err := w.finish(ctx, t); err != nil {
+			log.Warn("cannot record finished fan-out; the ticket will be redelivered", zap.Error(err))
+			return
+		}
+		w.ack(ctx, log, t)
+		w.metrics.tickets.WithLabelValues(t.Type, "done").Inc()
+	case errors.As(err, new(*permanentError)):
+		w.bury(ctx, log, t, err.Error())
+	default:
+		w.metrics.tickets.WithLabelValues(t.Type, "failed").Inc()
+		dead, ferr := w.outbox.Fail(ctx, t.ID, w.cfg.MaxAttempts, w.cfg.Backoff.Delay(t.Failures+1), err.Error())
+		if ferr != nil {
+			log.Warn("fan-out failed and cannot be rescheduled; the ticket will be redelivered",
+				zap.Error(err), zap.NamedError("outbox_error", ferr))
+			return
+		}
+		if dead {
+			log.Error("fan-out failed for the last time; event is dead", zap.Error(err))
+			if err := w.queue.DeadLetter(ctx, t, err.Error()); err != nil {
+				log.Warn("cannot dead-letter ticket", zap.Error(err))
+			}
+			return
+		}
+		log.Warn("fan-out failed; the dispatcher will publish it again after a backoff", zap.Error(err))
+		w.ack(ctx, log, t) // the outbox row is pending again and owns the retry
+	}
+}
+
+// finish records the event finished and observes the delivery latency of a
+// post whose fan-out this call completed: once per post, however often its
+// tickets are delivered.
+func (w *Worker) finish(ctx context.Context, t domain.Delivery) error {
+	var done bool
+	var latency time.Duration
+	var err error
+	if t.Type == domain.FanoutChunk {
+		done, latency, err = w.outbox.FinishChunk(ctx, t.ID)
+	} else {
+		done, latency, err = w.outbox.FinishEvent(ctx, t.ID)
+	}
+	delivers := t.Type == domain.PostCreated || t.Type == domain.FanoutChunk
+	if err == nil && done && delivers {
+		w.metrics.delivery.Observe(latency.Seconds())
+	}
+	return err
+}
+
+func (w *Worker) bury(ctx context.Context, log *zap.Logger, t domain.Delivery, cause string) {
+	w.metrics.tickets.WithLabelValues(t.Type, "dead").Inc()
+	log.Error("event is dead", zap.String("cause", cause))
+	if err := w.outbox.Bury(ctx, t.ID, cause); err != nil {
+		log.Warn("cannot park event as dead; the ticket will be redelivered", zap.Error(err))
+		return
+	}
+	if err := w.queue.DeadLetter(ctx, t, cause); err != nil {
+		log.Warn("cannot dead-letter ticket", zap.Error(err))
+	}
+}
+
+func (w *Worker) ack(ctx context.Context, log *zap.Logger, t domain.Delivery) {
+	if err := w.queue.Ack(ctx, t.MessageID); err != nil {
+		// Harmless: the ticket is redelivered and its fan-out changes nothing.
+		log.Warn("cannot acknowledge ticket", zap.Error(err))
+	}
+}
+
+// heartbeat keeps a long fan-out from being taken over (queue) or published
+// again (outbox) while this worker is still on it.
+func (w *Worker) heartbeat(ctx context.Context, log *zap.Logger, t domain.Delivery) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(w.cfg.ClaimIdle / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if err := w.queue.Touch(ctx, w.cfg.Consumer, t.MessageID); err != nil && ctx.Err() == nil {
+					log.Warn("heartbeat to queue failed", zap.Error(err))
+				}
+				if err := w.outbox.Extend(ctx, t.ID, w.cfg.RedeliverAfter); err != nil && ctx.Err() == nil {
+					log.Warn("heartbeat to outbox failed", zap.Error(err))
+				}
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
