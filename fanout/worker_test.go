@@ -302,8 +302,8 @@ func (b *testBundle) feedKey(userID int64) string {
 // marker; nil when the feed does not exist.
 func (b *testBundle) feedPosts(t tb, userID int64) []int64 {
 	t.Helper()
-	members, err := b.rdb.ZRangeByScore(context.Background(), b.feedKey(userID),
-		&redis.ZRangeBy{Min: "1", Max: "+inf"}).Result() // post ids only
+	members, err := b.rdb.ZRangeArgs(context.Background(),
+		redis.ZRangeArgs{Key: b.feedKey(userID), ByScore: true, Start: "1", Stop: "+inf"}).Result() // post ids only
 	require.NoError(t, err)
 	var ids []int64
 	for _, m := range members {
