@@ -15,7 +15,6 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -23,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -116,7 +116,7 @@ type runner struct {
 }
 
 func (r *runner) feedKey(user int64) string {
-	return r.h.Prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+	return feed.Key(r.h.Prefix, user)
 }
 
 // stopInProcessWorkers stops the in-process workers, once, and reports

@@ -428,7 +428,7 @@ func (c *cluster) redis() *redis.Client {
 }
 
 func (c *cluster) feedKey(user int64) string {
-	return c.prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+	return feed.Key(c.prefix, user)
 }
 
 // markFeedsBuilt puts users in the state of readers whose (empty) feed is in
