@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"strings"
 	"sync"
 	"time"
@@ -74,28 +73,6 @@ func (o *Options) setDefaults() {
 	if o.LatencyTime <= 0 {
 		o.LatencyTime = 5 * time.Second
 	}
-}
-
-// Harness is the system under test, as the caller started it.
-type Harness struct {
-	// APIURL is the base URL of a serve process (or the in-process API).
-	APIURL string
-	// Secret signs the bench's bearer tokens.
-	Secret []byte
-	// Pool is the PostgreSQL the system uses; the bench seeds it.
-	Pool *pgxpool.Pool
-	// Redis is the Redis the system uses, and Prefix its key prefix.
-	Redis  redis.UniversalClient
-	Prefix string
-	// StopWorkers stops the in-process workers so that the big fan-out can
-	// run in a worker process of its own, whose memory is measured. Nil when
-	// the workers are not in process: the big fan-out then runs on them and
-	// memory is not reported.
-	StopWorkers func()
-	// WorkerCommand is the command of one `newsfeed work` process, not yet
-	// started (and with Stderr unset): the bench starts it, watches it, and
-	// fails the stage it serves if it exits before the stage ends.
-	WorkerCommand func() (*exec.Cmd, error)
 }
 
 type runner struct {
