@@ -301,7 +301,7 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 		}),
 		"lose feed": step(func(t *rapid.T) {
 			u := m.user(t, "user")
-			if err := m.rdb.Del(context.Background(), m.prefix+"feed:{"+strconv.FormatInt(u, 10)+"}").Err(); err != nil {
+			if err := m.rdb.Del(context.Background(), feed.Key(m.prefix, u)).Err(); err != nil {
 				t.Fatal(err)
 			}
 		}),

@@ -5,30 +5,18 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
-	"net/url"
 	"os"
 	"os/exec"
-	"reflect"
 	"runtime/pprof"
-	"sort"
-	"strconv"
-	"strings"
-	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/bench"
+	"github.com/newsfeed/newsfeed/internal/probe"
 	"github.com/newsfeed/newsfeed/store"
 )
-
-// benchPrefix keeps the bench's Redis keys apart from a real install's.
-const benchPrefix = "nfbench:"
 
 func benchCommand(load loadFunc, assets Assets) *cobra.Command {
 	var opts bench.Options
@@ -125,23 +113,20 @@ var benchExecutable = os.Executable
 // fan-out can move to a worker process of its own.
 func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harness, func(), error) {
 	benchCfg := *cfg
-	dbURL, err := withDatabaseSuffix(cfg.Database.URL, "_bench")
+	dbURL, err := bench.FreshDatabase(ctx, cfg.Database.URL)
 	if err != nil {
-		return bench.Harness{}, nil, err
-	}
-	if err := recreateDatabase(ctx, dbURL); err != nil {
 		return bench.Harness{}, nil, err
 	}
 	benchCfg.Database.URL = dbURL
 	if _, err := runMigrate(ctx, &benchCfg, assets.Schema); err != nil {
 		return bench.Harness{}, nil, err
 	}
-	addr, err := freeAddr()
+	addr, err := probe.FreeAddr()
 	if err != nil {
 		return bench.Harness{}, nil, err
 	}
 	benchCfg.HTTP.Addr, benchCfg.Metrics.Addr = addr, ""
-	benchCfg.Redis.Prefix = benchPrefix
+	benchCfg.Redis.Prefix = bench.Prefix
 	benchCfg.Fanout.CelebrityThreshold = 1 << 60 // every author is fanned out
 	benchCfg.Log.Level = "warn"
 	log, err := NewLogger(&benchCfg)
@@ -152,36 +137,11 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 	if err != nil {
 		return bench.Harness{}, nil, err
 	}
-	if err := deletePrefix(ctx, sys.Redis, benchPrefix); err != nil {
-		sys.Close()
-		return bench.Harness{}, nil, err
-	}
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
-
-	roleCtx, stopRoles := context.WithCancel(ctx)
-	workCtx, stopWork := context.WithCancel(roleCtx)
-	var roles, workers sync.WaitGroup
-	roles.Add(1)
-	go func() { defer roles.Done(); _ = sys.Run(roleCtx, []Role{RoleServe, RoleDispatch}, secret) }()
-	workers.Add(1)
-	go func() { defer workers.Done(); _ = sys.Run(workCtx, []Role{RoleWork}, secret) }()
-	cleanup := func() {
-		stopWork()
-		stopRoles()
-		roles.Wait()
-		workers.Wait()
-		sys.Close()
-	}
-	apiURL := "http://" + addr
-	if err := waitHealthy(ctx, apiURL); err != nil {
-		cleanup()
-		return bench.Harness{}, nil, err
-	}
 	childEnv := workerEnv(os.Environ(), &benchCfg)
-	return bench.Harness{
-		APIURL: apiURL, Secret: secret, Pool: sys.Primary, Redis: sys.Redis, Prefix: benchPrefix,
-		StopWorkers: func() { stopWork(); workers.Wait() },
+	return bench.StartInProcess(ctx, bench.Harness{
+		APIURL: "http://" + addr, Secret: secret, Pool: sys.Primary, Redis: sys.Redis, Prefix: bench.Prefix,
 		WorkerCommand: func() (*exec.Cmd, error) {
 			exe, err := benchExecutable()
 			if err != nil {
@@ -193,72 +153,11 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 			c.Env = childEnv
 			return c, nil
 		},
-	}, cleanup, nil
-}
-
-// workerEnv is the environment of a worker process of the bench: environ
-// without its NEWSFEED_ variables, then every key of cfg as NEWSFEED_<KEY>,
-// and the bench's overrides, so that the child runs with exactly the
-// parent's effective configuration and needs no file.
-func workerEnv(environ []string, cfg *Config) []string {
-	env := make([]string, 0, len(environ)+64)
-	for _, kv := range environ {
-		if !strings.HasPrefix(kv, "NEWSFEED_") {
-			env = append(env, kv)
-		}
-	}
-	set := map[string]string{}
-	var keys []string
-	put := func(key, value string) {
-		name := "NEWSFEED_" + strings.ToUpper(strings.ReplaceAll(key, ".", "_"))
-		if _, ok := set[name]; !ok {
-			keys = append(keys, name)
-		}
-		set[name] = value
-	}
-	flattenConfig(reflect.ValueOf(cfg).Elem(), "", put)
-	for key, v := range benchOverrides() {
-		put(key, fmt.Sprint(v))
-	}
-	sort.Strings(keys)
-	for _, name := range keys {
-		env = append(env, name+"="+set[name])
-	}
-	return env
-}
-
-var durationType = reflect.TypeFor[time.Duration]()
-
-// flattenConfig calls put with every key of a Config (by its koanf tags) and
-// its value as LoadConfig reads it back from the environment.
-func flattenConfig(v reflect.Value, prefix string, put func(key, value string)) {
-	t := v.Type()
-	for i := range t.NumField() {
-		f := t.Field(i)
-		tag, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
-		if tag == "" || tag == "-" || !f.IsExported() {
-			continue
-		}
-		key, fv := prefix+tag, v.Field(i)
-		switch {
-		case fv.Type() == durationType:
-			put(key, time.Duration(fv.Int()).String())
-		case fv.Kind() == reflect.Struct:
-			flattenConfig(fv, key+".", put)
-		case fv.Kind() == reflect.String:
-			put(key, fv.String())
-		case fv.Kind() == reflect.Bool:
-			put(key, strconv.FormatBool(fv.Bool()))
-		case fv.CanInt():
-			put(key, strconv.FormatInt(fv.Int(), 10))
-		case fv.CanUint():
-			put(key, strconv.FormatUint(fv.Uint(), 10))
-		case fv.CanFloat():
-			put(key, strconv.FormatFloat(fv.Float(), 'g', -1, 64))
-		default:
-			put(key, fmt.Sprint(fv.Interface()))
-		}
-	}
+	}, bench.Roles{
+		Front:   func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleServe, RoleDispatch}, secret) },
+		Workers: func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleWork}, secret) },
+		Close:   sys.Close,
+	})
 }
 
 // connectExternal measures processes that already run.
@@ -275,96 +174,10 @@ func connectExternal(ctx context.Context, cfg *Config, apiURL string) (bench.Har
 		pool.Close()
 		return bench.Harness{}, nil, err
 	}
-	if err := waitHealthy(ctx, apiURL); err != nil {
+	return bench.Attach(ctx, bench.Harness{
+		APIURL: apiURL, Secret: []byte(cfg.Auth.Secret), Pool: pool, Redis: rdb, Prefix: cfg.Redis.Prefix,
+	}, func() {
 		pool.Close()
 		_ = rdb.Close()
-		return bench.Harness{}, nil, err
-	}
-	return bench.Harness{
-			APIURL: apiURL, Secret: []byte(cfg.Auth.Secret), Pool: pool, Redis: rdb, Prefix: cfg.Redis.Prefix,
-		}, func() {
-			pool.Close()
-			_ = rdb.Close()
-		}, nil
-}
-
-func waitHealthy(ctx context.Context, apiURL string) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		req, _ := http.NewRequestWithContext(ctx, "GET", apiURL+"/healthz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return fmt.Errorf("%s did not become healthy", apiURL)
-}
-
-func withDatabaseSuffix(dbURL, suffix string) (string, error) {
-	u, err := url.Parse(dbURL)
-	if err != nil {
-		return "", fmt.Errorf("database.url: %w", err)
-	}
-	u.Path += suffix
-	return u.String(), nil
-}
-
-// recreateDatabase drops the bench database, so every run starts the same.
-func recreateDatabase(ctx context.Context, dbURL string) error {
-	cfg, err := pgx.ParseConfig(dbURL)
-	if err != nil {
-		return fmt.Errorf("database.url: %w", err)
-	}
-	name := cfg.Database
-	cfg.Database = "postgres"
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("database.url: %w", err)
-	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop bench database: %w", err)
-	}
-	return nil
-}
-
-func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
-	batch := make([]string, 0, 1000)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, k := range batch {
-				p.Unlink(ctx, k)
-			}
-			return nil
-		})
-		batch = batch[:0]
-		return err
-	}
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	if err := iter.Err(); err != nil {
-		return err
-	}
-	return flush()
-}
-
-func freeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
+	})
 }

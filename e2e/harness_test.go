@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -34,6 +33,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/probe"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -142,11 +142,14 @@ func (c *cluster) start(role string, args ...string) *proc {
 // over the cluster's).
 func (c *cluster) startWith(role string, extra []string, args ...string) *proc {
 	c.t.Helper()
-	p := &proc{t: c.t, role: role, metricsAddr: freeAddr(c.t), stderr: &lockedWriter{}, done: make(chan struct{})}
+	metricsAddr, err := probe.FreeAddr()
+	require.NoError(c.t, err)
+	p := &proc{t: c.t, role: role, metricsAddr: metricsAddr, stderr: &lockedWriter{}, done: make(chan struct{})}
 	env := append(append(os.Environ(), c.env...), extra...)
 	env = append(env, "NEWSFEED_METRICS_ADDR="+p.metricsAddr)
 	if role == "serve" || role == "all" {
-		p.httpAddr = freeAddr(c.t)
+		p.httpAddr, err = probe.FreeAddr()
+		require.NoError(c.t, err)
 		env = append(env, "NEWSFEED_HTTP_ADDR="+p.httpAddr)
 	}
 	p.cmd = exec.Command(binary, append([]string{role}, args...)...)
@@ -189,21 +192,22 @@ func (p *proc) output() string { return p.stderr.String() }
 
 func (p *proc) waitHealthy() {
 	p.t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() { // a process that exits stops the wait
 		select {
 		case <-p.done:
-			p.t.Fatalf("%s exited early: %v\n%s", p.role, p.exitErr, p.output())
-		default:
+			cancel()
+		case <-ctx.Done():
 		}
-		resp, err := http.Get("http://" + p.metricsAddr + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	}()
+	if err := probe.WaitHealthy(ctx, "http://"+p.metricsAddr); err == nil {
+		return
+	}
+	select {
+	case <-p.done:
+		p.t.Fatalf("%s exited early: %v\n%s", p.role, p.exitErr, p.output())
+	default:
 	}
 	p.t.Fatalf("%s did not become healthy\n%s", p.role, p.output())
 }
@@ -249,14 +253,6 @@ func (p *proc) metric(name string) float64 {
 	}
 	p.t.Fatalf("metric %s not exported by %s", name, p.role)
 	return 0
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // client calls the API of one serve/all process as one user.
@@ -428,7 +424,7 @@ func (c *cluster) redis() *redis.Client {
 }
 
 func (c *cluster) feedKey(user int64) string {
-	return c.prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+	return feed.Key(c.prefix, user)
 }
 
 // markFeedsBuilt puts users in the state of readers whose (empty) feed is in

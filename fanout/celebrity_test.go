@@ -81,7 +81,7 @@ func (b *testBundle) countedFeeds(t *testing.T, cfg feed.Config) (*feed.Feeds, *
 	t.Helper()
 	rdb := redis.NewClient(b.rdb.Options())
 	t.Cleanup(func() { _ = rdb.Close() })
-	counter := &feedCommands{prefix: b.prefix + "feed:"}
+	counter := &feedCommands{prefix: feed.KeyPrefix(b.prefix)}
 	rdb.AddHook(counter)
 	cfg.Prefix = b.prefix
 	return feed.New(rdb, b.db, cfg), counter

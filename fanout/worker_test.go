@@ -295,7 +295,7 @@ func (b *testBundle) requireQueueEmpty(t *testing.T) {
 }
 
 func (b *testBundle) feedKey(userID int64) string {
-	return b.prefix + "feed:{" + strconv.FormatInt(userID, 10) + "}"
+	return feed.Key(b.prefix, userID)
 }
 
 // feedPosts returns the post ids in the user's feed, ascending, without the

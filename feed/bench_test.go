@@ -20,7 +20,7 @@ const pushPage = 1000
 
 // benchFeedKey is the feed key as the feed package names it.
 func benchFeedKey(prefix string, user int64) string {
-	return prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+	return feed.Key(prefix, user)
 }
 
 // benchAuthor writes the posts that the push benchmarks fan out.

@@ -87,7 +87,7 @@ func (b *bundle) follow(t *testing.T, follower, followee int64) {
 }
 
 func (b *bundle) feedKey(user int64) string {
-	return b.prefix + "feed:{" + strconv.FormatInt(user, 10) + "}"
+	return feed.Key(b.prefix, user)
 }
 
 // readAll pages through the whole feed with the given page size.

@@ -62,9 +62,17 @@ const (
 // change them together.
 type keys struct{ prefix string }
 
-func (k keys) feed(userID int64) string {
-	return k.prefix + "feed:{" + strconv.FormatInt(userID, 10) + "}"
+// Key is the Redis key of userID's home feed under prefix, as this package
+// names it: prefix + "feed:{id}". Code outside the package that looks at a
+// feed in Redis (tests, the bench) names it with Key.
+func Key(prefix string, userID int64) string {
+	return KeyPrefix(prefix) + "{" + strconv.FormatInt(userID, 10) + "}"
 }
+
+// KeyPrefix is how every home feed key under prefix begins.
+func KeyPrefix(prefix string) string { return prefix + "feed:" }
+
+func (k keys) feed(userID int64) string { return Key(k.prefix, userID) }
 
 func (k keys) following(userID int64) string {
 	return k.prefix + "following:{" + strconv.FormatInt(userID, 10) + "}"

@@ -25,6 +25,7 @@ const module = "github.com/newsfeed/newsfeed"
 var allowed = map[string][]string{
 	"domain":                {},
 	"internal/backoff":      {},
+	"internal/probe":        {},
 	"ratelimit":             {},
 	"store":                 {"domain", "internal/backoff"},
 	"feed":                  {"domain"},
@@ -33,7 +34,7 @@ var allowed = map[string][]string{
 	"fanout":                {"domain", "internal/backoff"},
 	"api":                   {"domain"},
 	"internal/testenv":      {"store"},
-	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff"},
+	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},
 	"app":                   {"*"},
 	"":                      {"app"}, // main
 	"e2e":                   {},      // tests only

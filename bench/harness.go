@@ -1,0 +1,178 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"os/exec"
+	"sync"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/internal/probe"
+)
+
+// Prefix keeps the bench's Redis keys apart from a real install's, when it
+// runs the system in process.
+const Prefix = "nfbench:"
+
+// DatabaseSuffix is added to the name of database.url's database to name
+// the database of a run in process.
+const DatabaseSuffix = "_bench"
+
+// Harness is the system under test: StartInProcess runs one in this
+// process, Attach measures processes that run already.
+type Harness struct {
+	// APIURL is the base URL of a serve process (or the in-process API).
+	APIURL string
+	// Secret signs the bench's bearer tokens.
+	Secret []byte
+	// Pool is the PostgreSQL the system uses; the bench seeds it.
+	Pool *pgxpool.Pool
+	// Redis is the Redis the system uses, and Prefix its key prefix.
+	Redis  redis.UniversalClient
+	Prefix string
+	// StopWorkers stops the in-process workers so that the big fan-out can
+	// run in a worker process of its own, whose memory is measured. Nil when
+	// the workers are not in process: the big fan-out then runs on them and
+	// memory is not reported.
+	StopWorkers func()
+	// WorkerCommand is the command of one `newsfeed work` process, not yet
+	// started (and with Stderr unset): the bench starts it, watches it, and
+	// fails the stage it serves if it exits before the stage ends.
+	WorkerCommand func() (*exec.Cmd, error)
+}
+
+// FreshDatabase names the database of a run in process, dbURL's with
+// DatabaseSuffix, and drops it, so that every run starts the same: the caller
+// creates it again (migrate) before it starts the system.
+func FreshDatabase(ctx context.Context, dbURL string) (string, error) {
+	benchURL, err := withDatabaseSuffix(dbURL, DatabaseSuffix)
+	if err != nil {
+		return "", err
+	}
+	if err := recreateDatabase(ctx, benchURL); err != nil {
+		return "", err
+	}
+	return benchURL, nil
+}
+
+// Roles are the roles of a system the bench runs in this process. Each runs
+// until its context ends; what it returns is not reported (a role that
+// stops early shows as an API that does not become healthy).
+type Roles struct {
+	// Front serves the API and dispatches the outbox.
+	Front func(ctx context.Context) error
+	// Workers fan posts out. They run apart from Front, so that the big
+	// fan-out can move to a worker process of its own.
+	Workers func(ctx context.Context) error
+	// Close releases the system once its roles have stopped.
+	Close func()
+}
+
+// StartInProcess clears h.Prefix in h.Redis, runs the roles and waits until
+// the API at h.APIURL is healthy. It returns h with StopWorkers set, and the
+// cleanup that stops every role and closes the system. roles.Close is called
+// on every path: at once when the start fails, else by the cleanup.
+func StartInProcess(ctx context.Context, h Harness, roles Roles) (Harness, func(), error) {
+	if h.Prefix == "" {
+		roles.Close()
+		return Harness{}, nil, errors.New("bench in process: no Redis key prefix (it would clear the whole database)")
+	}
+	if err := deletePrefix(ctx, h.Redis, h.Prefix); err != nil {
+		roles.Close()
+		return Harness{}, nil, err
+	}
+	roleCtx, stopRoles := context.WithCancel(ctx)
+	workCtx, stopWork := context.WithCancel(roleCtx)
+	var front, workers sync.WaitGroup
+	front.Add(1)
+	go func() { defer front.Done(); _ = roles.Front(roleCtx) }()
+	workers.Add(1)
+	go func() { defer workers.Done(); _ = roles.Workers(workCtx) }()
+	cleanup := func() {
+		stopWork()
+		stopRoles()
+		front.Wait()
+		workers.Wait()
+		roles.Close()
+	}
+	if err := probe.WaitHealthy(ctx, h.APIURL); err != nil {
+		cleanup()
+		return Harness{}, nil, err
+	}
+	h.StopWorkers = func() { stopWork(); workers.Wait() }
+	return h, cleanup, nil
+}
+
+// Attach measures processes that already run behind h.APIURL: it waits
+// until they are healthy and returns h with closeConns, which releases h's
+// connections, as its cleanup (called at once when they do not become
+// healthy).
+func Attach(ctx context.Context, h Harness, closeConns func()) (Harness, func(), error) {
+	if err := probe.WaitHealthy(ctx, h.APIURL); err != nil {
+		closeConns()
+		return Harness{}, nil, err
+	}
+	return h, closeConns, nil
+}
+
+func withDatabaseSuffix(dbURL, suffix string) (string, error) {
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		return "", fmt.Errorf("database.url: %w", err)
+	}
+	u.Path += suffix
+	return u.String(), nil
+}
+
+// recreateDatabase drops the bench database, so every run starts the same.
+func recreateDatabase(ctx context.Context, dbURL string) error {
+	cfg, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		return fmt.Errorf("database.url: %w", err)
+	}
+	name := cfg.Database
+	cfg.Database = "postgres"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("database.url: %w", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("drop bench database: %w", err)
+	}
+	return nil
+}
+
+func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
+	iter := rdb.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
+	batch := make([]string, 0, 1000)
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for _, k := range batch {
+				p.Unlink(ctx, k)
+			}
+			return nil
+		})
+		batch = batch[:0]
+		return err
+	}
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == cap(batch) {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	if err := iter.Err(); err != nil {
+		return err
+	}
+	return flush()
+}

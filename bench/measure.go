@@ -1,0 +1,193 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// closedLoop runs fn from n clients for d and returns operations per second
+// and each operation's latency. Each client sends its next request when the
+// last one returned.
+func closedLoop(ctx context.Context, n int, d time.Duration, fn func(ctx context.Context, client, i int) error) (float64, []time.Duration, error) {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var mu sync.Mutex
+	var all []time.Duration
+	var firstErr error
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var mine []time.Duration
+			for i := 0; ctx.Err() == nil; i++ {
+				t := time.Now()
+				if err := fn(ctx, c, i); err != nil {
+					if ctx.Err() == nil {
+						mu.Lock()
+						firstErr = cmpErr(firstErr, err)
+						mu.Unlock()
+					}
+					break
+				}
+				mine = append(mine, time.Since(t))
+			}
+			mu.Lock()
+			all = append(all, mine...)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return float64(len(all)) / time.Since(start).Seconds(), all, firstErr
+}
+
+func cmpErr(a, b error) error {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// drain waits until the outbox has nothing unfinished.
+func (r *runner) drain(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		var open int
+		if err := r.pool.QueryRow(ctx,
+			`SELECT count(*) FROM outbox WHERE status IN ('pending','publishing','published')`).Scan(&open); err != nil {
+			return err
+		}
+		if open == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("outbox not drained after %s: %d open", timeout, open)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+func (r *runner) lastOutboxID(ctx context.Context) (int64, error) {
+	var id int64
+	err := r.pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM outbox`).Scan(&id)
+	return id, err
+}
+
+// timeOnePost posts once as author and returns the time from the post's
+// commit to the end of its fan-out (chunks included), on the database clock.
+func (r *runner) timeOnePost(ctx context.Context, author int64) (time.Duration, error) {
+	after, err := r.lastOutboxID(ctx)
+	if err != nil {
+		return 0, err
+	}
+	if err := r.post(ctx, author); err != nil {
+		return 0, err
+	}
+	for {
+		var status string
+		var secs float64
+		err := r.pool.QueryRow(ctx, `SELECT status, COALESCE(extract(epoch FROM finished_at - created_at)::float8, 0)
+			FROM outbox WHERE id > $1 AND event_type = 'post.created' ORDER BY id LIMIT 1`, after).Scan(&status, &secs)
+		if err != nil {
+			return 0, err
+		}
+		switch status {
+		case "done":
+			return time.Duration(secs * float64(time.Second)), nil
+		case "dead":
+			return 0, errors.New("the fan-out died")
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// rawZADD writes n entries with plain pipelined ZADD, PageSize per pipeline,
+// from clients goroutines, spread over as many throw-away sorted sets as the
+// fan-out it stands for writes feeds, and returns how long the writes took
+// (the clean-up after is not timed).
+func (r *runner) rawZADD(ctx context.Context, n, keys, clients int) (time.Duration, error) {
+	pages := (n + r.opts.PageSize - 1) / r.opts.PageSize
+	key := func(i int) string { return r.h.Prefix + "raw:{" + strconv.Itoa(i) + "}" }
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var zerr atomic.Value
+	member := rand.Int64N(1 << 40)
+	start := time.Now()
+	for range clients {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for p := next.Add(1) - 1; p < int64(pages); p = next.Add(1) - 1 {
+				_, err := r.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+					for i := range r.opts.PageSize {
+						pipe.ZAdd(ctx, key((int(p)*r.opts.PageSize+i)%keys), redis.Z{Score: float64(member + p), Member: member + p})
+					}
+					return nil
+				})
+				if err != nil {
+					zerr.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err, _ := zerr.Load().(error); err != nil {
+		return 0, fmt.Errorf("raw ZADD: %w", err)
+	}
+	for s := 0; s < keys; s += 1000 {
+		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := s; i < min(s+1000, keys); i++ {
+				p.Unlink(ctx, key(i))
+			}
+			return nil
+		}); err != nil {
+			return 0, err
+		}
+	}
+	return elapsed, nil
+}
+
+// rawOnePost is the time to write one post's entries for n followers with
+// raw pipelined ZADD, one pipeline after the other, as one fan-out does.
+func (r *runner) rawOnePost(ctx context.Context, n int) (time.Duration, error) {
+	return r.rawZADD(ctx, n, n, 1)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func humanInt(n int) string {
+	switch {
+	case n >= 1_000_000 && n%1_000_000 == 0:
+		return strconv.Itoa(n/1_000_000) + "M"
+	case n >= 1000 && n%1000 == 0:
+		return strconv.Itoa(n/1000) + "k"
+	}
+	return strconv.Itoa(n)
+}

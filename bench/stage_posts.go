@@ -1,0 +1,37 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// postCreation: POST /v1/posts against the same insert (post + outbox row,
+// one transaction) done straight with pgx, at the same concurrency.
+func (r *runner) postCreation(ctx context.Context) error {
+	var ours, limit, ratios []float64
+	var lat []time.Duration
+	for run := range r.opts.Runs {
+		l, _, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			_, _, err := r.db.CreatePost(ctx, int64(quietBase+(c+i)%quietN), "bench post", "")
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+		o, samples, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.post(ctx, int64(quietBase+(c+i)%quietN))
+		})
+		if err != nil {
+			return err
+		}
+		ours, limit, ratios, lat = append(ours, o), append(limit, l), append(ratios, o/l), append(lat, samples...)
+		fmt.Fprintf(r.progress, "  run %d: API %.0f posts/s, pgx %.0f posts/s\n", run+1, o, l)
+	}
+	r.report.add(Stage{
+		Name: "post creation", Unit: "posts/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Target: "≥ 0.6", Latency: percentiles(lat),
+		Note: fmt.Sprintf("POST /v1/posts vs the same insert with pgx, %d clients", r.opts.Concurrency),
+	})
+	return r.drain(ctx, 2*time.Minute)
+}

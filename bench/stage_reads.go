@@ -1,0 +1,77 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// feedReads: GET /v1/feed against raw ZREVRANGEBYSCORE + hydration from Go.
+func (r *runner) feedReads(ctx context.Context) error {
+	for i := range r.opts.Readers { // first reads build the feeds and warm the post cache
+		if err := r.readFeed(ctx, int64(readerBase+i)); err != nil {
+			return err
+		}
+	}
+	var ours, limit, ratios []float64
+	var lat, rawLat []time.Duration
+	for run := range r.opts.Runs {
+		l, ls, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		})
+		if err != nil {
+			return fmt.Errorf("limit: %w", err)
+		}
+		o, samples, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		})
+		if err != nil {
+			return err
+		}
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		lat, rawLat = append(lat, samples...), append(rawLat, ls...)
+		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s, raw %.0f reads/s\n", run+1, o, l)
+	}
+	p := percentiles(lat)
+	r.report.add(Stage{
+		Name: "feed reads", Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
+		Note: fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
+	})
+	return nil
+}
+
+// rawRead is a feed page done by hand: the ids, then the cached posts.
+func (r *runner) rawRead(ctx context.Context, user int64) error {
+	ids, err := r.rdb.ZRevRangeByScore(ctx, r.feedKey(user), &redis.ZRangeBy{Max: "+inf", Min: "(0", Count: 21}).Result()
+	if err != nil {
+		return err
+	}
+	cmds := make([]*redis.StringCmd, len(ids))
+	_, err = r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, id := range ids {
+			cmds[i] = p.Get(ctx, r.h.Prefix+"post:"+id)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	posts := make([]domain.Post, 0, len(ids))
+	for _, c := range cmds {
+		var p domain.Post
+		if err := json.Unmarshal([]byte(c.Val()), &p); err != nil {
+			return err
+		}
+		posts = append(posts, p)
+	}
+	var buf bytes.Buffer
+	return json.NewEncoder(&buf).Encode(map[string]any{"items": posts})
+}
