@@ -59,7 +59,7 @@ redis.prefix and auth.secret of this configuration.`,
 			defer cleanup()
 			opts.PageSize, opts.MaxLen = cfg.Fanout.PageSize, cfg.Feed.MaxLen
 			if cpuProfile != "" {
-				f, err := os.Create(cpuProfile)
+				f, err := os.Create(cpuProfile) //nolint:gosec // the path the user gave --cpuprofile
 				if err != nil {
 					return fmt.Errorf("--cpuprofile: %w", err)
 				}
@@ -149,7 +149,7 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 			}
 			// No configuration file (whatever lies in the working directory):
 			// the environment carries the whole of this one.
-			c := exec.Command(exe, "--config=", "work")
+			c := exec.Command(exe, "--config=", "work") //nolint:gosec // this very binary
 			c.Env = childEnv
 			return c, nil
 		},

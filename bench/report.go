@@ -131,17 +131,18 @@ func num(v float64) string {
 // Save writes bench.json, bench.md and the delivery-latency plot (SVG and
 // PNG) to dir.
 func (r *Report) Save(dir string) error {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	// Results are for everyone on the machine to read.
+	if err := os.MkdirAll(dir, 0o755); err != nil { //nolint:gosec // a report, not a secret
 		return err
 	}
 	js, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bench.json"), append(js, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "bench.json"), append(js, '\n'), 0o644); err != nil { //nolint:gosec // a report
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(dir, "bench.md"), []byte(r.Markdown()), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "bench.md"), []byte(r.Markdown()), 0o644); err != nil { //nolint:gosec // a report
 		return err
 	}
 	if len(r.LatencySamples) == 0 {

@@ -48,14 +48,6 @@ func newGraph(big, wide int) graph {
 	return g
 }
 
-func (g graph) total() int {
-	n := 0
-	for _, f := range g.edges {
-		n += f
-	}
-	return n
-}
-
 func (g graph) maxFollowers() int {
 	m := 0
 	for _, f := range g.edges {

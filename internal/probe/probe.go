@@ -17,7 +17,8 @@ const HealthyWithin = 30 * time.Second
 // FreeAddr returns a 127.0.0.1 address whose port nothing listens on (at
 // the time of the call).
 func FreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return "", err
 	}
