@@ -260,7 +260,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 	}
 	if has(RoleServe) {
 		notifier := store.NewNotifier(s.Primary, s.Log.Named("notify"))
-		g.Go(func() error { notifier.Run(ctx); return nil })
+		g.Go(func() error { return notifier.Run(ctx) })
 		outboxWritten := func() {}
 		if cfg.Outbox.Notify {
 			outboxWritten = notifier.Notify
@@ -288,7 +288,9 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 	if has(RoleDispatch) {
 		var wake <-chan struct{}
 		if cfg.Outbox.Notify {
-			wake = store.Listen(ctx, cfg.Database.URL, s.Log.Named("listen"))
+			l := store.NewListener(cfg.Database.URL, s.Log.Named("listen"))
+			g.Go(func() error { return l.Run(ctx) })
+			wake = l.Wake()
 		}
 		d := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
 			BatchSize:      cfg.Outbox.BatchSize,
