@@ -292,19 +292,30 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 			g.Go(func() error { return l.Run(ctx) })
 			wake = l.Wake()
 		}
-		d := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
+		d, err := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
 			BatchSize:      cfg.Outbox.BatchSize,
 			PollInterval:   cfg.Outbox.PollInterval,
 			Lease:          cfg.Outbox.Lease,
 			RedeliverAfter: cfg.Outbox.RedeliverAfter,
 			MaxAttempts:    cfg.Outbox.MaxAttempts,
 			Backoff:        backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
-			Retention:      cfg.Outbox.Retention,
 			Wake:           wake,
 			Metrics:        s.dispatchMetrics,
 			Logger:         s.Log.Named("dispatch"),
 		})
+		if err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
+		c, err := outbox.NewCleaner(s.Store, outbox.CleanerConfig{
+			Retention: cfg.Outbox.Retention,
+			Metrics:   s.dispatchMetrics,
+			Logger:    s.Log.Named("clean"),
+		})
+		if err != nil {
+			return fmt.Errorf("dispatch: %w", err)
+		}
 		g.Go(func() error { return d.Run(ctx) })
+		g.Go(func() error { return c.Run(ctx) })
 	}
 	if has(RoleWork) {
 		if err := s.Queue.EnsureGroup(ctx); err != nil {
