@@ -24,8 +24,11 @@ type Config struct {
 	Database struct {
 		// URL of the primary PostgreSQL. Defaults to postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable.
 		URL string `koanf:"url"`
-		// ReadURL, when set, points follower paging and feed rebuilds at a
-		// replica (or a pooler in front of replicas). Defaults to empty: the primary.
+		// ReadURL, when set, points the listings that users page through
+		// (a user's followers, whom they follow, their posts) at a replica
+		// (or a pooler in front of replicas). Writes, feed rebuilds and
+		// every read of fan-out stay on the primary: a lagging replica
+		// would lose posts from feeds. Defaults to empty: the primary.
 		ReadURL string `koanf:"read_url"`
 		// MaxConns per pool. Defaults to 16.
 		MaxConns int32 `koanf:"max_conns"`
