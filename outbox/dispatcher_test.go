@@ -564,21 +564,32 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 var errStoreDown = errors.New("postgresql is down")
 
 // hookedStore is the real store, except that its first Claims and
-// MarkPublisheds fail as if PostgreSQL were unreachable.
+// MarkPublisheds fail as if PostgreSQL were unreachable, and, after those,
+// its next claimHangs Claims hang until their context ends (a query behind
+// a lock that is never released).
 type hookedStore struct {
 	*store.DB
 	mu                    sync.Mutex
 	claimFailures         int
+	claimHangs            int
 	markPublishedFailures int
 }
 
 func (s *hookedStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	s.mu.Lock()
-	fail := s.claimFailures > 0
-	s.claimFailures--
-	s.mu.Unlock()
+	fail, hang := s.claimFailures > 0, s.claimFailures <= 0 && s.claimHangs > 0
 	if fail {
+		s.claimFailures--
+	} else if hang {
+		s.claimHangs--
+	}
+	s.mu.Unlock()
+	switch {
+	case fail:
 		return nil, fmt.Errorf("claim outbox batch: %w", errStoreDown)
+	case hang:
+		<-ctx.Done()
+		return nil, fmt.Errorf("claim outbox batch: %w", ctx.Err())
 	}
 	return s.DB.Claim(ctx, limit, lease)
 }
@@ -594,33 +605,13 @@ func (s *hookedStore) MarkPublished(ctx context.Context, ids []int64, tickets []
 	return s.DB.MarkPublished(ctx, ids, tickets, redeliverAfter)
 }
 
-// hangingStore is the real store, except that its first hangs Claims hang
-// until their context ends, as a query behind a lock that is never released.
-type hangingStore struct {
-	*store.DB
-	mu    sync.Mutex
-	hangs int
-}
-
-func (s *hangingStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
-	s.mu.Lock()
-	hang := s.hangs > 0
-	s.hangs--
-	s.mu.Unlock()
-	if hang {
-		<-ctx.Done()
-		return nil, fmt.Errorf("claim outbox batch: %w", ctx.Err())
-	}
-	return s.DB.Claim(ctx, limit, lease)
-}
-
 func TestPassTimeout(t *testing.T) {
 	t.Parallel()
 
 	t.Run("AHungClaimEndsAtThePassTimeout", func(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
-		st := &hangingStore{DB: b.db, hangs: 1}
+		st := &hookedStore{DB: b.db, claimHangs: 1}
 		d := newDispatcher(t, st, b.queue, outbox.Config{PassTimeout: 100 * time.Millisecond, RedeliverAfter: time.Hour})
 		start := time.Now()
 		n, err := d.DispatchOnce(t.Context())
@@ -634,7 +625,7 @@ func TestPassTimeout(t *testing.T) {
 		t.Parallel()
 		b := newBundle(t)
 		ids := b.insertEvents(t, 3)
-		st := &hangingStore{DB: b.db, hangs: 2}
+		st := &hookedStore{DB: b.db, claimHangs: 2}
 		d := newDispatcher(t, st, b.queue, outbox.Config{
 			PollInterval:   10 * time.Millisecond,
 			PassTimeout:    100 * time.Millisecond,
