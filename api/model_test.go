@@ -218,7 +218,11 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb *redis.Client, prefix string, c
 	if err := p.queue.EnsureGroup(ctx); err != nil {
 		t.Fatalf("%v", err)
 	}
-	p.disp = outbox.NewDispatcher(db, p.queue, outbox.Config{RedeliverAfter: time.Hour})
+	disp, err := outbox.NewDispatcher(db, p.queue, outbox.Config{RedeliverAfter: time.Hour})
+	if err != nil {
+		t.Fatalf("%v", err)
+	}
+	p.disp = disp
 	p.e = api.New(db, db, p.feeds, api.Config{Secret: testSecret})
 	w, err := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
 		Concurrency:     4,

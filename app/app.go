@@ -35,7 +35,7 @@ import (
 
 // devSecret signs tokens in --dev mode when no auth.secret is configured.
 // Anyone can read it here: never use --dev where strangers can reach the API.
-const devSecret = "newsfeed-dev-secret-not-for-production"
+const devSecret = "newsfeed-dev-secret-not-for-production" //nolint:gosec // public on purpose, for --dev only
 
 // Role is one part of the system that a process can run.
 type Role string
@@ -239,104 +239,157 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 }
 
 // Run runs the roles until ctx ends, then stops them gracefully within
-// shutdown_timeout. It returns an error only when a role cannot run (a port
-// already taken, say).
+// shutdown_timeout. Every long-running piece runs in one errgroup: Run returns
+// the error that stopped it (the first one a piece returned: a port already
+// taken, say), or nil when ctx ended and everything stopped.
 func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
-	cfg := s.Config
-	g, ctx := errgroup.WithContext(ctx)
-	has := func(r Role) bool {
-		for _, x := range roles {
-			if x == r {
-				return true
-			}
-		}
-		return false
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g, gctx := errgroup.WithContext(ctx)
+	if err := s.startRoles(gctx, g, roles, secret); err != nil {
+		cancel() // what had started stops
+		_ = g.Wait()
+		return err
 	}
-
-	if cfg.Metrics.Addr != "" && !(has(RoleServe) && cfg.Metrics.Addr == cfg.HTTP.Addr) {
-		if err := s.serveHTTP(ctx, g, "metrics", cfg.Metrics.Addr, s.opsHandler()); err != nil {
-			return err
-		}
-	}
-	if has(RoleServe) {
-		notifier := store.NewNotifier(s.Primary, s.Log.Named("notify"))
-		g.Go(func() error { notifier.Run(ctx); return nil })
-		outboxWritten := func() {}
-		if cfg.Outbox.Notify {
-			outboxWritten = notifier.Notify
-		}
-		e := api.New(s.Store, s.Store, s.Feeds, api.Config{
-			Secret:            secret,
-			MaxChars:          cfg.Posts.MaxChars,
-			OutboxWrittenFunc: outboxWritten,
-			Truth:             s.Store,
-			// Feed reads while Redis is down: PostgreSQL, bounded.
-			FallbackConcurrency: cfg.Feed.FallbackConcurrency,
-			// Per-user limits, in Redis so that every serve process counts
-			// together; they fail open while Redis is down.
-			RateLimiter:      ratelimit.New(s.Redis, cfg.Redis.Prefix),
-			PostsPerMinute:   cfg.RateLimit.PostsPerMinute,
-			FollowsPerMinute: cfg.RateLimit.FollowsPerMinute,
-			Ops:              s.opsHandler(),
-			Registerer:       s.registry,
-			Logger:           s.Log.Named("api"),
-		})
-		if err := s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e); err != nil {
-			return err
-		}
-	}
-	if has(RoleDispatch) {
-		var wake <-chan struct{}
-		if cfg.Outbox.Notify {
-			wake = store.Listen(ctx, cfg.Database.URL, s.Log.Named("listen"))
-		}
-		d := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
-			BatchSize:      cfg.Outbox.BatchSize,
-			PollInterval:   cfg.Outbox.PollInterval,
-			Lease:          cfg.Outbox.Lease,
-			RedeliverAfter: cfg.Outbox.RedeliverAfter,
-			MaxAttempts:    cfg.Outbox.MaxAttempts,
-			Backoff:        backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
-			Retention:      cfg.Outbox.Retention,
-			Wake:           wake,
-			Metrics:        s.dispatchMetrics,
-			Logger:         s.Log.Named("dispatch"),
-		})
-		g.Go(func() error { return d.Run(ctx) })
-	}
-	if has(RoleWork) {
-		if err := s.Queue.EnsureGroup(ctx); err != nil {
-			s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
-		}
-		w, err := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
-			Concurrency:     cfg.Fanout.Concurrency,
-			PageSize:        cfg.Fanout.PageSize,
-			ChunkSize:       cfg.Fanout.ChunkSize,
-			ClaimIdle:       cfg.Queue.ClaimIdle,
-			MaxDeliveries:   cfg.Queue.MaxDeliveries,
-			MaxAttempts:     cfg.Outbox.MaxAttempts,
-			Backoff:         backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
-			RedeliverAfter:  cfg.Outbox.RedeliverAfter,
-			ShutdownTimeout: cfg.ShutdownTimeout,
-			Metrics:         s.fanoutMetrics,
-			Logger:          s.Log.Named("work"),
-		})
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return w.Run(ctx) })
-	}
-	s.Log.Info("started", zap.Any("roles", roles), zap.String("http_addr", cfg.HTTP.Addr),
-		zap.String("metrics_addr", cfg.Metrics.Addr))
+	s.Log.Info("started", zap.Any("roles", roles), zap.String("http_addr", s.Config.HTTP.Addr),
+		zap.String("metrics_addr", s.Config.Metrics.Addr))
 	err := g.Wait()
 	s.Log.Info("stopped")
 	return err
 }
 
+// startRoles builds each role and starts its pieces in g; the first role
+// that cannot start ends it with its error.
+func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte) error {
+	has := func(r Role) bool { return slices.Contains(roles, r) }
+	if err := s.opsRole(ctx, g, has(RoleServe)); err != nil {
+		return err
+	}
+	if has(RoleServe) {
+		if err := s.serveRole(ctx, g, secret); err != nil {
+			return err
+		}
+	}
+	if has(RoleDispatch) {
+		if err := s.dispatchRole(ctx, g); err != nil {
+			return err
+		}
+	}
+	if has(RoleWork) {
+		if err := s.workRole(ctx, g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// opsRole serves /metrics, /healthz and /readyz on metrics.addr, unless it is
+// off or it is the API's address (the API then serves them).
+func (s *System) opsRole(ctx context.Context, g *errgroup.Group, serving bool) error {
+	cfg := s.Config
+	if cfg.Metrics.Addr == "" || (serving && cfg.Metrics.Addr == cfg.HTTP.Addr) {
+		return nil
+	}
+	return s.serveHTTP(ctx, g, "metrics", cfg.Metrics.Addr, s.opsHandler())
+}
+
+// serveRole serves the HTTP API, with the notifier that wakes dispatchers
+// after writes to the outbox.
+func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte) error {
+	cfg := s.Config
+	notifier := store.NewNotifier(s.Primary, s.Log.Named("notify"))
+	g.Go(func() error { return notifier.Run(ctx) })
+	outboxWritten := func() {}
+	if cfg.Outbox.Notify {
+		outboxWritten = notifier.Notify
+	}
+	e := api.New(s.Store, s.Store, s.Feeds, api.Config{
+		Secret:            secret,
+		MaxChars:          cfg.Posts.MaxChars,
+		OutboxWrittenFunc: outboxWritten,
+		Truth:             s.Store,
+		// Feed reads while Redis is down: PostgreSQL, bounded.
+		FallbackConcurrency: cfg.Feed.FallbackConcurrency,
+		// Per-user limits, in Redis so that every serve process counts
+		// together; they fail open while Redis is down.
+		RateLimiter:      ratelimit.New(s.Redis, cfg.Redis.Prefix),
+		PostsPerMinute:   cfg.RateLimit.PostsPerMinute,
+		FollowsPerMinute: cfg.RateLimit.FollowsPerMinute,
+		Ops:              s.opsHandler(),
+		Registerer:       s.registry,
+		Logger:           s.Log.Named("api"),
+	})
+	return s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e)
+}
+
+// dispatchRole runs the dispatcher, the listener that wakes it (with
+// outbox.notify) and the cleaner of finished rows.
+func (s *System) dispatchRole(ctx context.Context, g *errgroup.Group) error {
+	cfg := s.Config
+	var wake <-chan struct{}
+	if cfg.Outbox.Notify {
+		l := store.NewListener(cfg.Database.URL, s.Log.Named("listen"))
+		g.Go(func() error { return l.Run(ctx) })
+		wake = l.Wake()
+	}
+	d, err := outbox.NewDispatcher(s.Store, s.Queue, outbox.Config{
+		BatchSize:      cfg.Outbox.BatchSize,
+		PollInterval:   cfg.Outbox.PollInterval,
+		Lease:          cfg.Outbox.Lease,
+		RedeliverAfter: cfg.Outbox.RedeliverAfter,
+		MaxAttempts:    cfg.Outbox.MaxAttempts,
+		Backoff:        backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+		Wake:           wake,
+		Metrics:        s.dispatchMetrics,
+		Logger:         s.Log.Named("dispatch"),
+	})
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	c, err := outbox.NewCleaner(s.Store, outbox.CleanerConfig{
+		Retention: cfg.Outbox.Retention,
+		Metrics:   s.dispatchMetrics,
+		Logger:    s.Log.Named("clean"),
+	})
+	if err != nil {
+		return fmt.Errorf("dispatch: %w", err)
+	}
+	g.Go(func() error { return d.Run(ctx) })
+	g.Go(func() error { return c.Run(ctx) })
+	return nil
+}
+
+// workRole runs the fan-out workers.
+func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
+	cfg := s.Config
+	if err := s.Queue.EnsureGroup(ctx); err != nil {
+		s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
+	}
+	w, err := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
+		Concurrency:     cfg.Fanout.Concurrency,
+		PageSize:        cfg.Fanout.PageSize,
+		ChunkSize:       cfg.Fanout.ChunkSize,
+		ClaimIdle:       cfg.Queue.ClaimIdle,
+		MaxDeliveries:   cfg.Queue.MaxDeliveries,
+		MaxAttempts:     cfg.Outbox.MaxAttempts,
+		Backoff:         backoff.Schedule{Base: cfg.Outbox.BackoffBase, Max: cfg.Outbox.BackoffMax},
+		RedeliverAfter:  cfg.Outbox.RedeliverAfter,
+		ShutdownTimeout: cfg.ShutdownTimeout,
+		Metrics:         s.fanoutMetrics,
+		Logger:          s.Log.Named("work"),
+	})
+	if err != nil {
+		return fmt.Errorf("work: %w", err)
+	}
+	g.Go(func() error { return w.Run(ctx) })
+	return nil
+}
+
 // serveHTTP listens now (so a taken port fails the start) and serves until
 // ctx ends, then shuts down gracefully within shutdown_timeout.
 func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr string, h http.Handler) error {
-	ln, err := net.Listen("tcp", addr)
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		key := "http.addr"
 		if name == "metrics" {

@@ -149,7 +149,8 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 			}
 			// No configuration file (whatever lies in the working directory):
 			// the environment carries the whole of this one.
-			c := exec.Command(exe, "--config=", "work") //nolint:gosec // this very binary
+			//nolint:gosec,noctx // this very binary; the bench supervises and stops it itself
+			c := exec.Command(exe, "--config=", "work")
 			c.Env = childEnv
 			return c, nil
 		},

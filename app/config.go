@@ -12,6 +12,9 @@ import (
 	"github.com/knadh/koanf/providers/confmap"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+
+	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/outbox"
 )
 
 // Config is the whole configuration of a newsfeed process. Every key can be set
@@ -21,8 +24,11 @@ type Config struct {
 	Database struct {
 		// URL of the primary PostgreSQL. Defaults to postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable.
 		URL string `koanf:"url"`
-		// ReadURL, when set, points follower paging and feed rebuilds at a
-		// replica (or a pooler in front of replicas). Defaults to empty: the primary.
+		// ReadURL, when set, points the listings that users page through
+		// (a user's followers, whom they follow, their posts) at a replica
+		// (or a pooler in front of replicas). Writes, feed rebuilds and
+		// every read of fan-out stay on the primary: a lagging replica
+		// would lose posts from feeds. Defaults to empty: the primary.
 		ReadURL string `koanf:"read_url"`
 		// MaxConns per pool. Defaults to 16.
 		MaxConns int32 `koanf:"max_conns"`
@@ -158,6 +164,9 @@ type Config struct {
 
 // defaults holds every key with its default value; it is also the list of
 // known keys, used to map environment variables and reject unknown file keys.
+// Where a component owns a default (outbox.DefaultBatchSize, …) the value is
+// taken from it, so the code cannot disagree with the configuration; tests
+// hold config.yaml and the README's table to these values.
 var defaults = map[string]any{
 	"database.url":                 "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
 	"database.read_url":            "",
@@ -186,15 +195,15 @@ var defaults = map[string]any{
 	"fanout.page_size":             1000,
 	"fanout.celebrity_threshold":   10000,
 	"fanout.concurrency":           64,
-	"outbox.batch_size":            500,
-	"outbox.poll_interval":         "500ms",
+	"outbox.batch_size":            outbox.DefaultBatchSize,
+	"outbox.poll_interval":         outbox.DefaultPollInterval.String(),
 	"outbox.notify":                true,
-	"outbox.lease":                 "30s",
-	"outbox.redeliver_after":       "2m",
-	"outbox.max_attempts":          10,
-	"outbox.backoff_base":          "1s",
-	"outbox.backoff_max":           "1h",
-	"outbox.retention":             "24h",
+	"outbox.lease":                 outbox.DefaultLease.String(),
+	"outbox.redeliver_after":       outbox.DefaultRedeliverAfter.String(),
+	"outbox.max_attempts":          outbox.DefaultMaxAttempts,
+	"outbox.backoff_base":          backoff.DefaultSchedule.Base.String(),
+	"outbox.backoff_max":           backoff.DefaultSchedule.Max.String(),
+	"outbox.retention":             outbox.DefaultRetention.String(),
 	"queue.stream":                 "tickets",
 	"queue.group":                  "fanout",
 	"queue.claim_idle":             "30s",

@@ -1,14 +1,17 @@
 package app
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -111,4 +114,71 @@ func TestRepositoryConfigIsTheDefaults(t *testing.T) {
 	k := koanf.New(".")
 	require.NoError(t, k.Load(file.Provider(filepath.Join("..", "config.yaml")), yaml.Parser()))
 	require.ElementsMatch(t, KnownKeys(), k.Keys(), "config.yaml lists every key")
+}
+
+// readmeConfigTable returns the rows of the README's configuration table
+// (section "## Configuration"): key → default, as the README writes it.
+// A row may name several keys ("`a`, `b` | `1s`, `1h` | …").
+func readmeConfigTable(t *testing.T) map[string]string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	_, section, found := strings.Cut(string(raw), "\n## Configuration\n")
+	require.True(t, found, "README.md has a section \"## Configuration\"")
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	table := map[string]string{}
+	for _, line := range strings.Split(section, "\n") {
+		if !strings.HasPrefix(line, "| `") {
+			continue // not a row of a key
+		}
+		cells := strings.Split(strings.Trim(line, "|"), " | ")
+		require.GreaterOrEqual(t, len(cells), 3, "README row: %s", line)
+		keys := strings.Split(cells[0], ",")
+		values := strings.Split(cells[1], ",")
+		require.Len(t, values, len(keys), "README row names %d keys and %d defaults: %s", len(keys), len(values), line)
+		for i, key := range keys {
+			key = strings.Trim(strings.TrimSpace(key), "`")
+			_, twice := table[key]
+			require.False(t, twice, "README lists %s twice", key)
+			table[key] = strings.Trim(strings.TrimSpace(values[i]), "`")
+		}
+	}
+	require.NotEmpty(t, table, "README.md's configuration table has no rows")
+	return table
+}
+
+// sameDefault reports whether the README's written default is the value v
+// of the defaults: durations compare as durations ("2m" is "2m0s"), and an
+// empty string is written "empty" or "none".
+func sameDefault(written string, v any) bool {
+	want := fmt.Sprint(v)
+	if want == "" {
+		return written == "empty" || written == "none"
+	}
+	if w, err := time.ParseDuration(written); err == nil {
+		d, err := time.ParseDuration(want)
+		return err == nil && d == w
+	}
+	return written == want
+}
+
+// TestREADMEConfigIsTheDefaults: the README's configuration table lists
+// every key, once, with its default, and no key that does not exist.
+func TestREADMEConfigIsTheDefaults(t *testing.T) {
+	t.Parallel()
+	table := readmeConfigTable(t)
+	for _, key := range KnownKeys() {
+		written, ok := table[key]
+		if !assert.True(t, ok, "README's configuration table has no row for %s", key) {
+			continue
+		}
+		assert.True(t, sameDefault(written, defaults[key]),
+			"README says %s defaults to %q; the code says %v", key, written, defaults[key])
+	}
+	for key := range table {
+		_, known := defaults[key]
+		assert.True(t, known, "README's configuration table names %s, which is no configuration key", key)
+	}
 }

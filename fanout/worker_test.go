@@ -72,7 +72,7 @@ func setup(t *testing.T, cfg fanout.Config, feedCfg feed.Config) (*fanout.Worker
 		prefix:  prefix,
 		feeds:   feed.New(rdb, db, feedCfg),
 		queue:   q,
-		disp:    outbox.NewDispatcher(db, q, outbox.Config{RedeliverAfter: time.Hour}),
+		disp:    newDispatcher(t, db, q, outbox.Config{RedeliverAfter: time.Hour}),
 		reg:     reg,
 		metrics: fanout.NewMetrics(reg),
 	}
@@ -849,7 +849,7 @@ func TestRedelivery(t *testing.T) {
 		run(t, b.newWorker(t, slow, fanout.Config{ClaimIdle: claimIdle, RedeliverAfter: redeliverAfter, Consumer: consumer}))
 
 		postID := b.post(t, author)
-		disp := outbox.NewDispatcher(b.db, b.queue, outbox.Config{RedeliverAfter: redeliverAfter})
+		disp := newDispatcher(t, b.db, b.queue, outbox.Config{RedeliverAfter: redeliverAfter})
 		n, err := disp.DispatchOnce(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, 1, n)

@@ -1,7 +1,9 @@
 // Package outbox delivers the intents that the API records beside each change:
 // the dispatcher claims due outbox rows, publishes them to the queue, and
 // marks them published only after the queue accepted them. Retries back off
-// exponentially with jitter; a row that keeps failing is parked as dead.
+// exponentially with jitter; a row that keeps failing is parked as dead. The
+// cleaner (cleaner.go), a service of its own, deletes finished rows after
+// their retention.
 package outbox
 
 import (
@@ -27,8 +29,6 @@ type Store interface {
 	// Fail records a failed attempt and reports whether the row is now dead
 	// (its maxAttempts-th failure).
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
-	// DeleteFinished deletes up to limit rows finished more than olderThan ago.
-	DeleteFinished(ctx context.Context, olderThan time.Duration, limit int) (int64, error)
 }
 
 // Publisher puts events in the queue.
@@ -41,24 +41,48 @@ type Publisher interface {
 	Holds(ctx context.Context, tickets []string) ([]bool, error)
 }
 
-// Config configures a Dispatcher. Zero fields take the defaults named.
+// The defaults of a Dispatcher's Config, which app's configuration defaults
+// are built from.
+const (
+	// DefaultBatchSize is rows claimed per round trip.
+	DefaultBatchSize = 500
+	// DefaultPollInterval is the longest sleep between claims.
+	DefaultPollInterval = 500 * time.Millisecond
+	// DefaultLease is how long a claim is exclusive.
+	DefaultLease = 30 * time.Second
+	// DefaultRedeliverAfter is when a published but unfinished row is
+	// published again.
+	DefaultRedeliverAfter = 2 * time.Minute
+	// DefaultMaxAttempts is attempts before a row is dead.
+	DefaultMaxAttempts = 10
+	// DefaultPassTimeout bounds one DispatchOnce (unless Lease is longer).
+	DefaultPassTimeout = 30 * time.Second
+)
+
+// Config configures a Dispatcher. A zero field takes the default it names; a
+// negative one makes NewDispatcher return an error naming the field.
 type Config struct {
-	// BatchSize is rows claimed per round trip. Defaults to 500.
+	// BatchSize is rows claimed per round trip. Defaults to DefaultBatchSize (500).
 	BatchSize int
-	// PollInterval is the longest sleep between claims. Defaults to 500ms.
+	// PollInterval is the longest sleep between claims. Defaults to
+	// DefaultPollInterval (500ms).
 	PollInterval time.Duration
-	// Lease is how long a claim is exclusive. Defaults to 30s.
+	// Lease is how long a claim is exclusive. Defaults to DefaultLease (30s).
 	Lease time.Duration
 	// RedeliverAfter is when a published but unfinished row is published
-	// again. Defaults to 2m.
+	// again. Defaults to DefaultRedeliverAfter (2m).
 	RedeliverAfter time.Duration
-	// MaxAttempts before a row is dead. Defaults to 10.
+	// MaxAttempts before a row is dead. Defaults to DefaultMaxAttempts (10).
 	MaxAttempts int
-	// Backoff spaces retries. Defaults to backoff.DefaultSchedule.
+	// Backoff spaces retries. A zero Base or Max takes backoff.DefaultSchedule's
+	// (1s, 1h).
 	Backoff backoff.Schedule
-	// Retention keeps finished rows this long before the cleaner deletes
-	// them. Defaults to 24h.
-	Retention time.Duration
+	// PassTimeout bounds one pass of DispatchOnce (claim, publish, record),
+	// so that a query or a queue that hangs cannot stall the loop: the pass
+	// fails and Run retries with backoff. Defaults to DefaultPassTimeout
+	// (30s), or to Lease when that is longer (past its lease a batch may be
+	// claimed by another dispatcher anyway).
+	PassTimeout time.Duration
 	// Wake, if set, wakes the dispatcher before PollInterval ends (a
 	// LISTEN/NOTIFY listener sends on it).
 	Wake <-chan struct{}
@@ -68,31 +92,53 @@ type Config struct {
 	Logger *zap.Logger
 }
 
-func (c *Config) setDefaults() {
-	if c.BatchSize <= 0 {
-		c.BatchSize = 500
-	}
-	if c.PollInterval <= 0 {
-		c.PollInterval = 500 * time.Millisecond
-	}
-	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
-	}
-	if c.RedeliverAfter <= 0 {
-		c.RedeliverAfter = 2 * time.Minute
-	}
-	if c.MaxAttempts <= 0 {
-		c.MaxAttempts = 10
-	}
-	if c.Backoff == (backoff.Schedule{}) {
-		c.Backoff = backoff.DefaultSchedule
-	}
-	if c.Retention <= 0 {
-		c.Retention = 24 * time.Hour
+// validate refuses negative values, naming the field.
+func (c *Config) validate() error {
+	return errors.Join(
+		notNegative("Config.BatchSize", c.BatchSize),
+		notNegative("Config.PollInterval", c.PollInterval),
+		notNegative("Config.Lease", c.Lease),
+		notNegative("Config.RedeliverAfter", c.RedeliverAfter),
+		notNegative("Config.MaxAttempts", c.MaxAttempts),
+		notNegative("Config.Backoff.Base", c.Backoff.Base),
+		notNegative("Config.Backoff.Max", c.Backoff.Max),
+		notNegative("Config.PassTimeout", c.PassTimeout),
+	)
+}
+
+// withDefaults returns c with every zero field set to its default.
+func (c Config) withDefaults() Config {
+	c.BatchSize = orDefault(c.BatchSize, DefaultBatchSize)
+	c.PollInterval = orDefault(c.PollInterval, DefaultPollInterval)
+	c.Lease = orDefault(c.Lease, DefaultLease)
+	c.RedeliverAfter = orDefault(c.RedeliverAfter, DefaultRedeliverAfter)
+	c.MaxAttempts = orDefault(c.MaxAttempts, DefaultMaxAttempts)
+	c.Backoff.Base = orDefault(c.Backoff.Base, backoff.DefaultSchedule.Base)
+	c.Backoff.Max = orDefault(c.Backoff.Max, backoff.DefaultSchedule.Max)
+	c.PassTimeout = orDefault(c.PassTimeout, max(DefaultPassTimeout, c.Lease))
+	if c.Metrics == nil {
+		c.Metrics = NewMetrics(nil)
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	return c
+}
+
+// notNegative is the error of a negative field of a configuration, or nil.
+func notNegative[T int | time.Duration](field string, v T) error {
+	if v < 0 {
+		return fmt.Errorf("outbox: %s must not be negative (0 takes the default), got %v", field, v)
+	}
+	return nil
+}
+
+// orDefault is v, or def when v is zero.
+func orDefault[T int | time.Duration](v, def T) T {
+	if v == 0 {
+		return def
+	}
+	return v
 }
 
 // Dispatcher moves due outbox rows into the queue. Several may run at once.
@@ -104,7 +150,7 @@ type Dispatcher struct {
 	metrics *Metrics
 }
 
-// Metrics are the dispatcher's Prometheus metrics.
+// Metrics are the Prometheus metrics of the dispatcher and the cleaner.
 type Metrics struct {
 	published prometheus.Counter
 	failed    prometheus.Counter
@@ -112,7 +158,7 @@ type Metrics struct {
 	cleaned   prometheus.Counter
 }
 
-// NewMetrics builds the dispatcher metrics and registers them with reg, if not nil.
+// NewMetrics builds the dispatcher and cleaner metrics and registers them with reg, if not nil.
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		published: prometheus.NewCounter(prometheus.CounterOpts{
@@ -134,20 +180,20 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// NewDispatcher builds a dispatcher.
-func NewDispatcher(store Store, pub Publisher, cfg Config) *Dispatcher {
-	cfg.setDefaults()
-	if cfg.Metrics == nil {
-		cfg.Metrics = NewMetrics(nil)
+// NewDispatcher builds a dispatcher. It returns an error, naming the field,
+// when cfg holds a value out of range.
+func NewDispatcher(store Store, pub Publisher, cfg Config) (*Dispatcher, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	return &Dispatcher{store: store, pub: pub, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}
+	cfg = cfg.withDefaults()
+	return &Dispatcher{store: store, pub: pub, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}, nil
 }
 
 // Run dispatches until ctx is done. Failures of PostgreSQL or the queue are
-// logged and retried with backoff; Run returns only when ctx ends.
+// logged and retried with backoff; Run returns only when ctx ends, with nil.
+// Finished rows are deleted by a Cleaner, which runs beside it.
 func (d *Dispatcher) Run(ctx context.Context) error {
-	cleanEvery := time.NewTicker(time.Minute)
-	defer cleanEvery.Stop()
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var errWait backoff.Doubling
@@ -155,9 +201,6 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-cleanEvery.C:
-			d.clean(ctx)
-			continue
 		case <-d.cfg.Wake:
 		case <-poll.C:
 		}
@@ -179,9 +222,11 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	}
 }
 
-// DispatchOnce claims one batch, publishes it, and records the outcome. It
-// returns how many rows it claimed.
+// DispatchOnce claims one batch, publishes it, and records the outcome,
+// within PassTimeout. It returns how many rows it claimed.
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.PassTimeout)
+	defer cancel()
 	events, err := d.store.Claim(ctx, d.cfg.BatchSize, d.cfg.Lease)
 	if err != nil || len(events) == 0 {
 		return 0, err
@@ -262,22 +307,4 @@ func (d *Dispatcher) fail(ctx context.Context, e domain.Event, cause string) err
 			zap.Int("failures", e.Failures+1), zap.String("cause", cause))
 	}
 	return err
-}
-
-// clean deletes finished rows past retention in batches, so that the table
-// and its indexes stay small.
-func (d *Dispatcher) clean(ctx context.Context) {
-	for ctx.Err() == nil {
-		n, err := d.store.DeleteFinished(ctx, d.cfg.Retention, 1000)
-		if err != nil {
-			if ctx.Err() == nil {
-				d.log.Warn("outbox cleanup failed", zap.Error(err))
-			}
-			return
-		}
-		d.metrics.cleaned.Add(float64(n))
-		if n < 1000 {
-			return
-		}
-	}
 }

@@ -71,7 +71,15 @@ func (b *testBundle) dispatcher(t *testing.T, pub outbox.Publisher, cfg outbox.C
 	if cfg.Metrics == nil {
 		cfg.Metrics = outbox.NewMetrics(b.reg)
 	}
-	return outbox.NewDispatcher(b.db, pub, cfg)
+	return newDispatcher(t, b.db, pub, cfg)
+}
+
+// newDispatcher builds a dispatcher, requiring that cfg is valid.
+func newDispatcher(t *testing.T, st outbox.Store, pub outbox.Publisher, cfg outbox.Config) *outbox.Dispatcher {
+	t.Helper()
+	d, err := outbox.NewDispatcher(st, pub, cfg)
+	require.NoError(t, err)
+	return d
 }
 
 // insertEvents writes n pending post.created rows and returns their ids in order.
@@ -491,7 +499,7 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		b := newBundle(t)
 		ids := b.insertEvents(t, 1)
 		st := &hookedStore{DB: b.db, markPublishedFailures: 1}
-		d := outbox.NewDispatcher(st, b.queue, outbox.Config{Lease: 200 * time.Millisecond, RedeliverAfter: time.Hour})
+		d := newDispatcher(t, st, b.queue, outbox.Config{Lease: 200 * time.Millisecond, RedeliverAfter: time.Hour})
 
 		n, err := d.DispatchOnce(t.Context())
 		require.Equal(t, 1, n)
@@ -556,21 +564,32 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 var errStoreDown = errors.New("postgresql is down")
 
 // hookedStore is the real store, except that its first Claims and
-// MarkPublisheds fail as if PostgreSQL were unreachable.
+// MarkPublisheds fail as if PostgreSQL were unreachable, and, after those,
+// its next claimHangs Claims hang until their context ends (a query behind
+// a lock that is never released).
 type hookedStore struct {
 	*store.DB
 	mu                    sync.Mutex
 	claimFailures         int
+	claimHangs            int
 	markPublishedFailures int
 }
 
 func (s *hookedStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	s.mu.Lock()
-	fail := s.claimFailures > 0
-	s.claimFailures--
-	s.mu.Unlock()
+	fail, hang := s.claimFailures > 0, s.claimFailures <= 0 && s.claimHangs > 0
 	if fail {
+		s.claimFailures--
+	} else if hang {
+		s.claimHangs--
+	}
+	s.mu.Unlock()
+	switch {
+	case fail:
 		return nil, fmt.Errorf("claim outbox batch: %w", errStoreDown)
+	case hang:
+		<-ctx.Done()
+		return nil, fmt.Errorf("claim outbox batch: %w", ctx.Err())
 	}
 	return s.DB.Claim(ctx, limit, lease)
 }
@@ -584,6 +603,43 @@ func (s *hookedStore) MarkPublished(ctx context.Context, ids []int64, tickets []
 		return fmt.Errorf("mark outbox rows published: %w", errStoreDown)
 	}
 	return s.DB.MarkPublished(ctx, ids, tickets, redeliverAfter)
+}
+
+func TestPassTimeout(t *testing.T) {
+	t.Parallel()
+
+	t.Run("AHungClaimEndsAtThePassTimeout", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		st := &hookedStore{DB: b.db, claimHangs: 1}
+		d := newDispatcher(t, st, b.queue, outbox.Config{PassTimeout: 100 * time.Millisecond, RedeliverAfter: time.Hour})
+		start := time.Now()
+		n, err := d.DispatchOnce(t.Context())
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		require.Zero(t, n)
+		require.GreaterOrEqual(t, time.Since(start), 100*time.Millisecond)
+		require.Less(t, time.Since(start), 5*time.Second)
+	})
+
+	t.Run("RunGoesOnAfterAHungPass", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		ids := b.insertEvents(t, 3)
+		st := &hookedStore{DB: b.db, claimHangs: 2}
+		d := newDispatcher(t, st, b.queue, outbox.Config{
+			PollInterval:   10 * time.Millisecond,
+			PassTimeout:    100 * time.Millisecond,
+			RedeliverAfter: time.Hour,
+			Metrics:        outbox.NewMetrics(b.reg),
+		})
+		runDispatcher(t, d)
+		eventually(t, func(c *assert.CollectT) {
+			for _, id := range ids {
+				require.Equal(c, "published", b.row(c, id).Status)
+			}
+		})
+		require.EqualValues(t, len(ids), counter(t, b.reg, "newsfeed_outbox_published_total"))
+	})
 }
 
 // publisherFunc adapts a function to outbox.Publisher; Holds asks the real queue.
@@ -745,7 +801,7 @@ func TestDispatcherRunStoreFailures(t *testing.T) {
 		b := newBundle(t)
 		ids := b.insertEvents(t, 5)
 		st := &hookedStore{DB: b.db, claimFailures: 3}
-		d := outbox.NewDispatcher(st, b.queue, outbox.Config{PollInterval: 10 * time.Millisecond, RedeliverAfter: time.Hour})
+		d := newDispatcher(t, st, b.queue, outbox.Config{PollInterval: 10 * time.Millisecond, RedeliverAfter: time.Hour})
 		runDispatcher(t, d)
 		eventually(t, func(c *assert.CollectT) {
 			require.Equal(c, 5, b.statusCounts(c)["published"])
@@ -804,8 +860,8 @@ func TestAttempts(t *testing.T) {
 	})
 }
 
-// The cleaner runs on a one-minute ticker inside Run, too slow for a test:
-// the store call it loops over is tested directly.
+// DeleteFinished is the store call the Cleaner loops over (cleaner_test.go
+// tests the Cleaner itself).
 func TestDeleteFinished(t *testing.T) {
 	t.Parallel()
 

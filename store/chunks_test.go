@@ -305,7 +305,7 @@ func TestSplitParent(t *testing.T) {
 
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		wake := store.Listen(ctx, url, zap.NewNop())
+		wake := listen(t, ctx, url, zap.NewNop())
 		waitSignal(t, wake) // the one every (re)connection sends
 		requireNoSignal(t, wake)
 

@@ -36,12 +36,14 @@ func (n *Notifier) Notify() {
 	}
 }
 
-// Run sends the wake-ups until ctx ends. A lost one costs at most a poll interval.
-func (n *Notifier) Run(ctx context.Context) {
+// Run sends the wake-ups until ctx ends, then returns nil; a failed NOTIFY
+// is logged and does not stop it (a lost wake-up costs at most a poll
+// interval). Run it in the process's errgroup.
+func (n *Notifier) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-n.pending:
 		}
 		if _, err := n.pool.Exec(ctx, "SELECT pg_notify($1, '')", OutboxChannel); err != nil && ctx.Err() == nil {
@@ -49,37 +51,51 @@ func (n *Notifier) Run(ctx context.Context) {
 		}
 		select { // debounce: coalesce what arrives in the next few milliseconds
 		case <-ctx.Done():
-			return
+			return nil
 		case <-time.After(2 * time.Millisecond):
 		}
 	}
 }
 
-// Listen LISTENs on OutboxChannel on its own connection (not from the pool)
-// and signals on the returned channel, until ctx ends. It reconnects after
-// failures and signals after each reconnect, as notifications may have been
-// missed meanwhile.
-func Listen(ctx context.Context, url string, log *zap.Logger) <-chan struct{} {
-	wake := make(chan struct{}, 1)
-	signal := func() {
-		select {
-		case wake <- struct{}{}:
-		default:
+// Listener LISTENs on OutboxChannel on a connection of its own (not from
+// the pool) and signals on Wake. Nothing runs until Run does, in the
+// process's errgroup.
+type Listener struct {
+	url  string
+	log  *zap.Logger
+	wake chan struct{}
+}
+
+// NewListener builds a Listener on the database at url.
+func NewListener(url string, log *zap.Logger) *Listener {
+	return &Listener{url: url, log: log, wake: make(chan struct{}, 1)}
+}
+
+// Wake receives a signal after notifications; many in a burst may make one.
+func (l *Listener) Wake() <-chan struct{} { return l.wake }
+
+// Run listens until ctx ends, then returns nil. It reconnects after
+// failures, with backoff, and signals after each (re)connect, as
+// notifications may have been missed meanwhile.
+func (l *Listener) Run(ctx context.Context) error {
+	var retry backoff.Doubling
+	for ctx.Err() == nil {
+		err := listenOnce(ctx, l.url, l.signal)
+		if ctx.Err() != nil {
+			return nil
 		}
+		delay := retry.Next()
+		l.log.Debug("outbox listener lost its connection; reconnecting", zap.Error(err), zap.Duration("retry_in", delay))
+		backoff.Sleep(ctx, delay)
 	}
-	go func() {
-		var retry backoff.Doubling
-		for ctx.Err() == nil {
-			err := listenOnce(ctx, url, signal)
-			if ctx.Err() != nil {
-				return
-			}
-			delay := retry.Next()
-			log.Debug("outbox listener lost its connection; reconnecting", zap.Error(err), zap.Duration("retry_in", delay))
-			backoff.Sleep(ctx, delay)
-		}
-	}()
-	return wake
+	return nil
+}
+
+func (l *Listener) signal() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 func listenOnce(ctx context.Context, url string, signal func()) error {

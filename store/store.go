@@ -15,11 +15,12 @@ import (
 	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
-// DB is the PostgreSQL store. The listings that users page through
-// (Followers, Following, AuthorPosts) go to a read pool (a replica) when one
-// is configured; writes, and every read that fan-out or a feed depends on
-// (follower pages, chunks, feed rebuilds, post lookups), go to the primary,
-// since a lagging replica would lose posts from feeds.
+// DB is the PostgreSQL store. Only the listings that users page through
+// (Followers, Following, AuthorPosts) read the read pool, a replica when
+// database.read_url names one. Everything else uses the primary, since a
+// lagging replica would lose posts from feeds: writes, the outbox, fan-out's
+// follower-id pages and chunks, the reads that rebuild a feed (Followees,
+// FolloweePosts, AuthorPostIDsSince), post lookups and counts.
 type DB struct {
 	primary *pgxpool.Pool
 	read    *pgxpool.Pool

@@ -237,7 +237,7 @@ func TestNotifyWakesListener(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	wake := store.Listen(ctx, url, zap.NewNop())
+	wake := listen(t, ctx, url, zap.NewNop())
 	received := func() bool {
 		select {
 		case <-wake:
@@ -252,7 +252,7 @@ func TestNotifyWakesListener(t *testing.T) {
 
 	n := store.NewNotifier(pool, zap.NewNop())
 	var wg sync.WaitGroup
-	wg.Go(func() { n.Run(ctx) })
+	wg.Go(func() { assert.NoError(t, n.Run(ctx)) })
 	n.Notify()
 	require.Eventually(t, received, 10*time.Second, 5*time.Millisecond)
 
@@ -260,7 +260,25 @@ func TestNotifyWakesListener(t *testing.T) {
 	wg.Wait()
 }
 
-// waitSignal waits for a wake-up from Listen (failing after 10s).
+// listen runs a Listener on url until ctx ends and returns its wake-ups;
+// when the test ends it requires that Run returned nil.
+func listen(t *testing.T, ctx context.Context, url string, log *zap.Logger) <-chan struct{} {
+	t.Helper()
+	l := store.NewListener(url, log)
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	t.Cleanup(func() {
+		select {
+		case err := <-done:
+			require.NoError(t, err)
+		case <-time.After(10 * time.Second):
+			t.Error("Listener.Run did not return within 10s after its context ended")
+		}
+	})
+	return l.Wake()
+}
+
+// waitSignal waits for a wake-up from a Listener (failing after 10s).
 func waitSignal(t *testing.T, wake <-chan struct{}) {
 	t.Helper()
 	select {
@@ -290,7 +308,7 @@ func TestListen(t *testing.T) {
 		core, logs := observer.New(zap.DebugLevel)
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		wake := store.Listen(ctx, url, zap.New(core))
+		wake := listen(t, ctx, url, zap.New(core))
 		waitSignal(t, wake)
 		first := listenerPID(t, pool)
 
@@ -320,7 +338,7 @@ func TestListen(t *testing.T) {
 		u, err := url.Parse(testenv.DatabaseURL())
 		require.NoError(t, err)
 		u.Path = "/nf_test_no_such_database"
-		wake := store.Listen(ctx, u.String(), zap.New(core))
+		wake := listen(t, ctx, u.String(), zap.New(core))
 		require.Eventually(t, func() bool {
 			return logs.FilterMessage("outbox listener lost its connection; reconnecting").Len() >= 2
 		}, 10*time.Second, 5*time.Millisecond, "a second attempt after the first failed")
@@ -355,7 +373,7 @@ func TestNotifierKeepsRunningWhenNotifyFails(t *testing.T) {
 	n := store.NewNotifier(pool, zap.New(core))
 	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
-	wg.Go(func() { n.Run(ctx) })
+	wg.Go(func() { assert.NoError(t, n.Run(ctx)) })
 
 	failures := func() int { return logs.FilterMessage("outbox notify failed; dispatchers will poll").Len() }
 	n.Notify()
