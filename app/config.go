@@ -13,6 +13,7 @@ import (
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 
+	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/outbox"
 )
@@ -191,10 +192,10 @@ var defaults = map[string]any{
 	"feed.rebuild_wait":            "5s",
 	"feed.fallback_concurrency":    16,
 	"feed.active_days":             30,
-	"fanout.chunk_size":            5000,
-	"fanout.page_size":             1000,
+	"fanout.chunk_size":            fanout.DefaultChunkSize,
+	"fanout.page_size":             fanout.DefaultPageSize,
 	"fanout.celebrity_threshold":   10000,
-	"fanout.concurrency":           64,
+	"fanout.concurrency":           fanout.DefaultConcurrency,
 	"outbox.batch_size":            outbox.DefaultBatchSize,
 	"outbox.poll_interval":         outbox.DefaultPollInterval.String(),
 	"outbox.notify":                true,
@@ -206,8 +207,8 @@ var defaults = map[string]any{
 	"outbox.retention":             outbox.DefaultRetention.String(),
 	"queue.stream":                 "tickets",
 	"queue.group":                  "fanout",
-	"queue.claim_idle":             "30s",
-	"queue.max_deliveries":         5,
+	"queue.claim_idle":             fanout.DefaultClaimIdle.String(),
+	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
 	"log.level":                    "info",
 	"log.format":                   "json",
 	"shutdown_timeout":             "15s",
