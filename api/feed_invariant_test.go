@@ -17,8 +17,8 @@ import (
 
 func newPipeline(t *testing.T, cfg modelConfig) *pipeline {
 	t.Helper()
-	rdb, prefix := testenv.NewRedis(t)
-	return startPipeline(t, testenv.NewPool(t), rdb, prefix, cfg)
+	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
+	return startPipeline(t, testenv.NewPool(t), rdb, cluster, prefix, cfg)
 }
 
 func (m *pipeline) follow(t *testing.T, follower, followee int64) {

@@ -100,17 +100,18 @@ func TestFeedModel(t *testing.T) {
 // a Redis client. Each check (a rapid test case) gets users and a Redis
 // prefix of its own, so checks never see each other's state.
 type modelEnv struct {
-	pool   *pgxpool.Pool
-	db     *store.DB
-	rdb    *redis.Client
-	prefix string
-	checks atomic.Int64
+	pool    *pgxpool.Pool
+	db      *store.DB
+	rdb     redis.UniversalClient
+	cluster bool // rdb is a Redis Cluster (NEWSFEED_TEST_REDIS_CLUSTER_URL)
+	prefix  string
+	checks  atomic.Int64
 }
 
 func newModelEnv(t *testing.T) *modelEnv {
 	pool := testenv.NewPool(t)
-	rdb, prefix := testenv.NewRedis(t)
-	return &modelEnv{pool: pool, db: store.New(pool, nil), rdb: rdb, prefix: prefix}
+	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
+	return &modelEnv{pool: pool, db: store.New(pool, nil), rdb: rdb, prefix: prefix, cluster: cluster}
 }
 
 // modelConfig is one check's configuration, drawn by rapid.
@@ -148,7 +149,7 @@ type model struct {
 // feeds under a Redis prefix of their own.
 type pipeline struct {
 	pool   *pgxpool.Pool
-	rdb    *redis.Client
+	rdb    redis.UniversalClient
 	prefix string
 	e      *echo.Echo
 	feeds  *feed.Feeds
@@ -186,7 +187,7 @@ func (env *modelEnv) newModel(t *rapid.T) *model {
 	}
 	n := env.checks.Add(1)
 	m := &model{
-		pipeline: startPipeline(t, env.pool, env.rdb, env.prefix+"m"+strconv.FormatInt(n, 10)+":", cfg),
+		pipeline: startPipeline(t, env.pool, env.rdb, env.cluster, env.prefix+"m"+strconv.FormatInt(n, 10)+":", cfg),
 		cfg:      cfg,
 		follows:  map[[2]int64]bool{},
 		reads:    map[int64]savedRead{},
@@ -200,7 +201,7 @@ func (env *modelEnv) newModel(t *rapid.T) *model {
 
 // startPipeline builds the product on pool and rdb, with every Redis key
 // under prefix, and starts its worker until the test ends.
-func startPipeline(t tb, pool *pgxpool.Pool, rdb *redis.Client, prefix string, cfg modelConfig) *pipeline {
+func startPipeline(t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster bool, prefix string, cfg modelConfig) *pipeline {
 	t.Helper()
 	ctx := context.Background()
 	db := store.New(pool, nil)
@@ -213,6 +214,7 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb *redis.Client, prefix string, c
 		MaxLen:             cfg.MaxLen,
 		Backfill:           cfg.Backfill,
 		CelebrityThreshold: cfg.CelebrityThreshold,
+		Cluster:            cluster,
 	})
 	p.queue = queue.New(rdb, prefix+"tickets", "fanout")
 	if err := p.queue.EnsureGroup(ctx); err != nil {
@@ -312,15 +314,8 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 		"lose redis": step(func(t *rapid.T) {
 			// As FLUSHDB does to this check's keys: feeds, timelines,
 			// caches, the ticket stream and its consumer group.
-			ctx := context.Background()
-			keys, err := m.rdb.Keys(ctx, m.prefix+"*").Result()
-			if err != nil {
+			if err := testenv.DeleteKeys(context.Background(), m.rdb, m.prefix+"*"); err != nil {
 				t.Fatal(err)
-			}
-			if len(keys) > 0 {
-				if err := m.rdb.Del(ctx, keys...).Err(); err != nil {
-					t.Fatal(err)
-				}
 			}
 		}),
 		"redeliver": step(func(t *rapid.T) {

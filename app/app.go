@@ -37,6 +37,10 @@ import (
 // Anyone can read it here: never use --dev where strangers can reach the API.
 const devSecret = "newsfeed-dev-secret-not-for-production" //nolint:gosec // public on purpose, for --dev only
 
+// clusterStateReloadInterval bounds how long a Redis Cluster client keeps
+// a slot map that a failover made stale.
+const clusterStateReloadInterval = time.Second
+
 // Role is one part of the system that a process can run.
 type Role string
 
@@ -155,6 +159,11 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 			return nil, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
+		// go-redis reloads the slot map on MOVED and ASK, but not when a
+		// primary stops answering (redis/go-redis#3979): without this a
+		// client dials a dead primary for up to a minute after its replica
+		// took over. A reload is one CLUSTER SLOTS, in the background.
+		opts.ClusterStateReloadInterval = clusterStateReloadInterval
 		rdb = redis.NewClusterClient(opts)
 	} else {
 		opts, err := redis.ParseURL(cfg.Redis.URL)

@@ -52,7 +52,7 @@ func TestBenchAnywhere(t *testing.T) {
 				"--concurrency", "4", "--big", "2000", "--chunked", "2000", "--fanout-posts", "10", "--out", "results")
 			cmd := exec.CommandContext(ctx, binary, args...)
 			cmd.Dir = dir
-			cmd.Env = append(os.Environ(),
+			cmd.Env = append(hostEnv(),
 				"NEWSFEED_DATABASE_URL="+dbURL,
 				"NEWSFEED_REDIS_URL="+testenv.NewRedisDB(t), // the bench clears its key prefix: a database of its own
 				"NEWSFEED_LOG_LEVEL=warn",

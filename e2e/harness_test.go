@@ -66,18 +66,21 @@ type cluster struct {
 	t        *testing.T
 	dbURL    string
 	redisURL string
-	prefix   string
-	pool     *pgxpool.Pool
-	env      []string
-	mu       sync.Mutex
-	procs    []*proc
+	// onCluster: redisURL names the Redis Cluster of
+	// NEWSFEED_TEST_REDIS_CLUSTER_URL, which every process is pointed at.
+	onCluster bool
+	prefix    string
+	pool      *pgxpool.Pool
+	env       []string
+	mu        sync.Mutex
+	procs     []*proc
 }
 
 type clusterOption func(*cluster)
 
 // withOwnRedisDB gives the cluster a whole Redis database (for FLUSHDB tests).
 func withOwnRedisDB() clusterOption {
-	return func(c *cluster) { c.redisURL, c.prefix = testenv.NewRedisDB(c.t), "nf:" }
+	return func(c *cluster) { c.redisURL, c.prefix, c.onCluster = testenv.NewRedisDB(c.t), "nf:", false }
 }
 
 // withEnv adds configuration for every process of the cluster.
@@ -88,10 +91,12 @@ func withEnv(kv ...string) clusterOption {
 func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 	t.Helper()
 	c := &cluster{t: t, dbURL: testenv.NewDatabaseURL(t)}
-	rdb, prefix := testenv.NewRedis(t)
-	c.redisURL = testenv.RedisURL()
-	c.prefix = prefix
-	_ = rdb
+	// On the Redis Cluster when the environment names one, else one Redis.
+	_, prefix, onCluster := testenv.NewUniversalRedis(t)
+	c.redisURL, c.prefix, c.onCluster = testenv.RedisURL(), prefix, onCluster
+	if onCluster {
+		c.redisURL = testenv.RedisClusterURL()
+	}
 	c.env = []string{
 		"NEWSFEED_AUTH_SECRET=" + secret,
 		"NEWSFEED_OUTBOX_POLL_INTERVAL=100ms",
@@ -106,6 +111,7 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 	c.env = append(c.env,
 		"NEWSFEED_DATABASE_URL="+c.dbURL,
 		"NEWSFEED_REDIS_URL="+c.redisURL,
+		"NEWSFEED_REDIS_CLUSTER="+strconv.FormatBool(c.onCluster),
 		"NEWSFEED_REDIS_PREFIX="+c.prefix,
 	)
 	c.pool = testenv.Pool(t, c.dbURL)
@@ -145,7 +151,7 @@ func (c *cluster) startWith(role string, extra []string, args ...string) *proc {
 	metricsAddr, err := probe.FreeAddr()
 	require.NoError(c.t, err)
 	p := &proc{t: c.t, role: role, metricsAddr: metricsAddr, stderr: &lockedWriter{}, done: make(chan struct{})}
-	env := append(append(os.Environ(), c.env...), extra...)
+	env := append(append(hostEnv(), c.env...), extra...)
 	env = append(env, "NEWSFEED_METRICS_ADDR="+p.metricsAddr)
 	if role == "serve" || role == "all" {
 		p.httpAddr, err = probe.FreeAddr()
@@ -412,15 +418,33 @@ func parallel(n, workers int, fn func(i int)) {
 	wg.Wait()
 }
 
-// redis returns a client on the cluster's Redis database.
-func (c *cluster) redis() *redis.Client {
+// redis returns a client on the cluster's Redis database, or on its Redis
+// Cluster.
+func (c *cluster) redis() redis.UniversalClient {
 	c.t.Helper()
+	if c.onCluster {
+		opts, err := redis.ParseClusterURL(c.redisURL)
+		require.NoError(c.t, err)
+		opts.PoolSize = 32
+		rdb := redis.NewClusterClient(opts)
+		c.t.Cleanup(func() { _ = rdb.Close() })
+		return rdb
+	}
 	opts, err := redis.ParseURL(c.redisURL)
 	require.NoError(c.t, err)
 	opts.PoolSize = 32
 	rdb := redis.NewClient(opts)
 	c.t.Cleanup(func() { _ = rdb.Close() })
 	return rdb
+}
+
+// skipOnCluster skips a test that needs one Redis (a TCP proxy in front of
+// it, say), when the suite runs on the Redis Cluster.
+func (c *cluster) skipOnCluster(why string) {
+	c.t.Helper()
+	if c.onCluster {
+		c.t.Skip("one Redis only: " + why)
+	}
 }
 
 func (c *cluster) feedKey(user int64) string {
@@ -436,7 +460,7 @@ func (c *cluster) markFeedsBuilt(users []int64) {
 	ctx := context.Background()
 	readers, err := store.New(c.pool, nil).FolloweesOf(ctx, users)
 	require.NoError(c.t, err)
-	require.NoError(c.t, feed.New(c.redis(), nil, feed.Config{Prefix: c.prefix}).SeedEmpty(ctx, readers))
+	require.NoError(c.t, feed.New(c.redis(), nil, feed.Config{Prefix: c.prefix, Cluster: c.onCluster}).SeedEmpty(ctx, readers))
 }
 
 // feedsHolding returns how many of users have postID in their feed in Redis
@@ -480,7 +504,7 @@ func (c *cluster) outboxStatus(id int64) string {
 // run runs a one-shot command (migrate, token, outbox …) and returns stdout.
 func (c *cluster) run(args ...string) (string, error) {
 	cmd := exec.Command(binary, args...)
-	cmd.Env = append(os.Environ(), c.env...)
+	cmd.Env = append(hostEnv(), c.env...)
 	cmd.Dir = c.t.TempDir()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -642,4 +666,18 @@ func testRand(t *testing.T) *rand.Rand {
 	}
 	t.Logf("seed %d (repeat with NEWSFEED_E2E_SEED=%d go test -run '%s' ./e2e/)", seed, seed, t.Name())
 	return rand.New(rand.NewPCG(seed, seed>>1|1))
+}
+
+// hostEnv is the test's environment without the product's NEWSFEED_*
+// settings (what `eval "$(scripts/cluster.sh env)"` exports, say): a process
+// under test is configured by its cluster alone.
+func hostEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if strings.HasPrefix(kv, "NEWSFEED_") && !strings.HasPrefix(kv, "NEWSFEED_TEST_") && !strings.HasPrefix(kv, "NEWSFEED_E2E_") {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
 }

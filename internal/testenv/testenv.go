@@ -281,3 +281,60 @@ func randomHex(n int) string {
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
 }
+
+// RedisClusterURL names the Redis Cluster that tests run against instead of
+// one Redis when NEWSFEED_TEST_REDIS_CLUSTER_URL is set (`make cluster-up`;
+// `eval "$(scripts/cluster.sh env)"` sets it): a redis:// URL with addr=
+// parameters for the other seeds. Empty: one Redis.
+func RedisClusterURL() string { return os.Getenv("NEWSFEED_TEST_REDIS_CLUSTER_URL") }
+
+// NewUniversalRedis is NewRedis on the Redis Cluster when RedisClusterURL is
+// set, and on one Redis otherwise; cluster says which. Tests that accept
+// either run against whichever the environment names.
+func NewUniversalRedis(t testing.TB) (rdb redis.UniversalClient, prefix string, cluster bool) {
+	t.Helper()
+	url := RedisClusterURL()
+	if url == "" {
+		one, prefix := NewRedis(t)
+		return one, prefix, false
+	}
+	opts, err := redis.ParseClusterURL(url)
+	if err != nil {
+		t.Fatalf("NEWSFEED_TEST_REDIS_CLUSTER_URL: %v", err)
+	}
+	opts.PoolSize = 128
+	opts.ClusterStateReloadInterval = time.Second
+	c := redis.NewClusterClient(opts)
+	if err := c.Ping(context.Background()).Err(); err != nil {
+		t.Fatalf("connect to the Redis Cluster at %s (`make cluster-up`): %v", url, err)
+	}
+	prefix = "nftest:" + randomHex(6) + ":"
+	t.Cleanup(func() {
+		_ = DeleteKeys(context.Background(), c, prefix+"*")
+		_ = c.Close()
+	})
+	return c, prefix, true
+}
+
+// DeleteKeys deletes every key matching pattern, on one Redis or on every
+// primary of a Redis Cluster (one key a DEL there: keys of other slots may
+// not share a command).
+func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) error {
+	del := func(ctx context.Context, node *redis.Client) error {
+		iter := node.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			if err := node.Del(ctx, iter.Val()).Err(); err != nil {
+				return err
+			}
+		}
+		return iter.Err()
+	}
+	switch c := rdb.(type) {
+	case *redis.ClusterClient:
+		return c.ForEachMaster(ctx, del)
+	case *redis.Client:
+		return del(ctx, c)
+	default:
+		return fmt.Errorf("delete keys: unsupported client %T", rdb)
+	}
+}
