@@ -51,6 +51,15 @@ build: ## the binary, bin/newsfeed
 services: ## start (or install) PostgreSQL and Redis (and, for make test, a C compiler)
 	@scripts/services.sh $(SERVICES_FLAGS)
 
+# A Redis Cluster on 127.0.0.1:7000-7005 and a PostgreSQL replica on 5433
+# (scripts/cluster.sh; `scripts/cluster.sh env` prints the URLs to use).
+.PHONY: cluster-up cluster-down
+cluster-up: ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
+	@scripts/cluster.sh up $(if $(APPLY_DELAY),--apply-delay $(APPLY_DELAY))
+
+cluster-down: ## stop the local Redis Cluster and PostgreSQL replica, remove their data
+	@scripts/cluster.sh down
+
 $(GOLANGCI_LINT):
 	@echo "lint: building golangci-lint $(GOLANGCI_LINT_VERSION) from the Go module proxy (once)"
 	GOFLAGS= GOBIN=$(TOOLS) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
