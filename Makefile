@@ -16,7 +16,7 @@ FUZZ_TIME_CI := 10s
 .PHONY: help run test test-short model fuzz build services lint bench clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: services build ## build and run every role in one process (development)
 	$(BIN) all --dev
@@ -24,9 +24,10 @@ run: services build ## build and run every role in one process (development)
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
 # `services` then makes sure a C compiler is installed (--cc).
 test: SERVICES_FLAGS = --tests --cc
-test: services lint ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, each fuzz target briefly
+test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the API and e2e suites again on the Redis Cluster, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
+	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' go test -count=1 -timeout 10m ./api/ ./e2e/
 	scripts/fuzz.sh $(FUZZ_TIME_CI)
 
 test-short: SERVICES_FLAGS = --tests
@@ -54,6 +55,7 @@ services: ## start (or install) PostgreSQL and Redis (and, for make test, a C co
 # A Redis Cluster on 127.0.0.1:7000-7005 and a PostgreSQL replica on 5433
 # (scripts/cluster.sh; `scripts/cluster.sh env` prints the URLs to use).
 .PHONY: cluster-up cluster-down
+CLUSTER_TEST_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REDIS_CLUSTER_URL='\(.*\)'$$/\1/p")
 cluster-up: ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
 	@scripts/cluster.sh up $(if $(APPLY_DELAY),--apply-delay $(APPLY_DELAY))
 
