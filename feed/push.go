@@ -87,24 +87,43 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 }
 
 // runScripts sends n script calls in one pipeline. Redis forgets scripts when
-// it restarts; on NOSCRIPT the script is loaded again and the pipeline resent
-// (every call in it is idempotent).
+// it restarts, and a replica promoted by a failover never had them: on
+// NOSCRIPT the script is loaded again and only the calls that failed so are
+// sent again. (Resending the whole pipeline would be safe — every call is
+// idempotent — but the calls that had succeeded would then report 0 and
+// what they wrote would go uncounted.)
 func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, call func(redis.Pipeliner, int) *redis.Cmd) ([]*redis.Cmd, error) {
+	cmds := make([]*redis.Cmd, n)
+	todo := make([]int, n)
+	for i := range todo {
+		todo[i] = i
+	}
 	for attempt := 0; ; attempt++ {
-		cmds := make([]*redis.Cmd, n)
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := range n {
+			for _, i := range todo {
 				cmds[i] = call(p, i)
 			}
 			return nil
 		})
-		if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") && attempt == 0 {
-			if err := s.Load(ctx, f.rdb).Err(); err != nil {
-				return nil, fmt.Errorf("load script: %w", err)
-			}
-			continue
+		if err == nil || attempt > 0 {
+			return cmds, err
 		}
-		return cmds, err
+		var again []int
+		for _, i := range todo {
+			if e := cmds[i].Err(); e != nil {
+				if !redis.HasErrorPrefix(e, "NOSCRIPT") {
+					return cmds, err
+				}
+				again = append(again, i)
+			}
+		}
+		if len(again) == 0 {
+			return cmds, err
+		}
+		if err := s.Load(ctx, f.rdb).Err(); err != nil {
+			return nil, fmt.Errorf("load script: %w", err)
+		}
+		todo = again
 	}
 }
 

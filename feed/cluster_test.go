@@ -1,0 +1,53 @@
+package feed_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// A replica promoted by a failover, or a restarted node, has no scripts: a
+// pipeline of pushes meets NOSCRIPT on that node only. The calls that failed
+// are sent again, and every entry written is counted once — resending the
+// whole pipeline would report 0 for the calls that had succeeded.
+func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
+	if testenv.RedisClusterURL() == "" {
+		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
+	}
+	t.Parallel()
+	ctx := context.Background()
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	cluster := rdb.(*redis.ClusterClient)
+	f := feed.New(rdb, store.New(testenv.NewPool(t), nil), feed.Config{Prefix: prefix, Cluster: true})
+
+	const author = 1
+	readers := map[int64][]int64{}
+	var followers []int64
+	for u := int64(100); u < 160; u++ { // spread over every primary
+		readers[u] = []int64{author}
+		followers = append(followers, u)
+	}
+	require.NoError(t, f.SeedEmpty(ctx, readers))
+
+	n, err := f.Push(ctx, author, 11, followers)
+	require.NoError(t, err)
+	require.Equal(t, len(followers), n)
+
+	flushed := false
+	require.NoError(t, cluster.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+		if flushed {
+			return nil
+		}
+		flushed = true
+		return node.ScriptFlush(ctx).Err()
+	}))
+	n, err = f.Push(ctx, author, 12, followers)
+	require.NoError(t, err)
+	require.Equal(t, len(followers), n, "every entry written is counted, once")
+}
