@@ -76,6 +76,8 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 			wait, err := rl.limiter.Allow(ctx, action, userID(c), perMinute)
 			cancel()
 			switch {
+			case err != nil && c.Request().Context().Err() != nil:
+				return c.Request().Context().Err() // the client left: no outage
 			case err != nil:
 				rl.failOpen.WithLabelValues(action).Inc()
 				if rl.down.CompareAndSwap(false, true) {

@@ -159,6 +159,7 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 			return nil, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
+		opts.ContextTimeoutEnabled = true // see the single-node branch
 		// go-redis reloads the slot map on MOVED and ASK, but not when a
 		// primary stops answering (redis/go-redis#3979): without this a
 		// client dials a dead primary for up to a minute after its replica
@@ -171,6 +172,11 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 			return nil, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
+		// A context's deadline bounds the socket reads and writes too, not
+		// only the wait for a connection: a Redis that accepts and never
+		// answers must not hold a write for read_timeout (the rate limiter
+		// gives it 250 ms, /readyz one second).
+		opts.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(opts)
 	}
 	deadline := time.Now().Add(cfg.Database.ConnectWait)

@@ -112,3 +112,35 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
 }
+
+// A Redis that accepts connections and never answers (paused, partitioned)
+// does not hold writes: the rate limiter gives it 250 ms and lets the post
+// through. Without a deadline on the socket, each post would wait for the
+// client's read timeout (3 s, then a retry) — past this client's patience.
+func TestSilentRedisDoesNotHoldWrites(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	c.skipOnCluster("a silent stand-in for one Redis")
+	var lc net.ListenConfig
+	silent, err := lc.Listen(t.Context(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = silent.Close() })
+	go func() {
+		for {
+			conn, err := silent.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() }) // read nothing, answer nothing
+		}
+	}()
+	serve := c.startWith("serve", []string{
+		"NEWSFEED_REDIS_URL=redis://" + silent.Addr().String() + "/0",
+		"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=60",
+	})
+	author := serve.client(5)
+	author.http.Timeout = 2500 * time.Millisecond
+	for i := range 3 {
+		author.post("while Redis says nothing " + strconv.Itoa(i))
+	}
+}

@@ -62,7 +62,8 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 // per maxScriptKeys groups on a single Redis, one call per group on a Redis
 // Cluster (a script may only touch keys of one slot, and the keys of a group
 // share one), in pipelines of at most maxPipeline calls. It returns the sum
-// of the calls' results.
+// of the results of the calls that ran — also when some failed, so that what
+// they wrote is counted once even though the caller will try again.
 func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, keysPer int, args ...any) (int, error) {
 	per := maxScriptKeys * keysPer
 	if f.cfg.Cluster {
@@ -71,60 +72,60 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 	calls := (len(keys) + per - 1) / per
 	total := 0
 	for first := 0; first < calls; first += maxPipeline {
-		cmds, err := f.runScripts(ctx, s, min(maxPipeline, calls-first), func(p redis.Pipeliner, i int) *redis.Cmd {
+		cmds, err := f.runScripts(ctx, s, min(maxPipeline, calls-first), func(i int) []string {
 			c := first + i
-			return s.EvalSha(ctx, p, keys[c*per:min((c+1)*per, len(keys))], args...)
-		})
+			return keys[c*per : min((c+1)*per, len(keys))]
+		}, args...)
+		for _, c := range cmds {
+			if c.Err() == nil {
+				n, _ := c.Int()
+				total += n
+			}
+		}
 		if err != nil {
 			return total, err
-		}
-		for _, c := range cmds {
-			n, _ := c.Int()
-			total += n
 		}
 	}
 	return total, nil
 }
 
-// runScripts sends n script calls in one pipeline. Redis forgets scripts when
-// it restarts, and a replica promoted by a failover never had them: on
-// NOSCRIPT the script is loaded again and only the calls that failed so are
-// sent again. (Resending the whole pipeline would be safe — every call is
-// idempotent — but the calls that had succeeded would then report 0 and
-// what they wrote would go uncounted.)
-func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, call func(redis.Pipeliner, int) *redis.Cmd) ([]*redis.Cmd, error) {
+// runScripts sends n calls of s in one pipeline, the i-th on keysOf(i), by
+// its SHA. Redis forgets scripts when it restarts, and a replica promoted by
+// a failover never had them: the calls that got NOSCRIPT are sent again with
+// the script's body (EVAL, which also caches it on that node), and the calls
+// that succeeded keep their results. (Resending the whole pipeline would be
+// safe — every call is idempotent — but the calls that had succeeded would
+// then report 0, and what they wrote would go uncounted.)
+func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, keysOf func(i int) []string, args ...any) ([]*redis.Cmd, error) {
 	cmds := make([]*redis.Cmd, n)
-	todo := make([]int, n)
-	for i := range todo {
-		todo[i] = i
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i := range n {
+			cmds[i] = s.EvalSha(ctx, p, keysOf(i), args...)
+		}
+		return nil
+	})
+	if err == nil {
+		return cmds, nil
 	}
-	for attempt := 0; ; attempt++ {
-		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, i := range todo {
-				cmds[i] = call(p, i)
+	var again []int
+	for i, c := range cmds {
+		if e := c.Err(); e != nil {
+			if !redis.HasErrorPrefix(e, "NOSCRIPT") {
+				return cmds, err
 			}
-			return nil
-		})
-		if err == nil || attempt > 0 {
-			return cmds, err
+			again = append(again, i)
 		}
-		var again []int
-		for _, i := range todo {
-			if e := cmds[i].Err(); e != nil {
-				if !redis.HasErrorPrefix(e, "NOSCRIPT") {
-					return cmds, err
-				}
-				again = append(again, i)
-			}
-		}
-		if len(again) == 0 {
-			return cmds, err
-		}
-		if err := s.Load(ctx, f.rdb).Err(); err != nil {
-			return nil, fmt.Errorf("load script: %w", err)
-		}
-		todo = again
 	}
+	if len(again) == 0 {
+		return cmds, err
+	}
+	_, err = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, i := range again {
+			cmds[i] = s.Eval(ctx, p, keysOf(i), args...)
+		}
+		return nil
+	})
+	return cmds, err
 }
 
 func int64sToArgs(ids []int64) []any {
