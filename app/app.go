@@ -120,7 +120,14 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
 		Logger:             log.Named("feed"),
 	})
-	s.Queue = queue.New(rdb, cfg.Redis.Prefix+cfg.Queue.Stream, cfg.Queue.Group)
+	s.Queue, err = queue.NewPartitioned(rdb, queue.Config{
+		Stream:     cfg.Redis.Prefix + cfg.Queue.Stream,
+		Group:      cfg.Queue.Group,
+		Partitions: cfg.Queue.Partitions,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("queue.partitions: %w", err)
+	}
 
 	s.registry = prometheus.NewRegistry()
 	s.registry.MustRegister(

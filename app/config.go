@@ -16,6 +16,7 @@ import (
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/queue"
 )
 
 // Config is the whole configuration of a newsfeed process. Every key can be set
@@ -146,6 +147,12 @@ type Config struct {
 		Stream string `koanf:"stream"`
 		// Group is the consumer group of the workers. Defaults to "fanout".
 		Group string `koanf:"group"`
+		// Partitions is how many streams the tickets are spread over, 1 to
+		// 1024: on a Redis Cluster each is in a slot of its own, so that
+		// the queue spreads over the shards (16 or more for a cluster of 3);
+		// every worker reads them all. It may change on a running system:
+		// workers read what the old count left until it is empty. Defaults to 1.
+		Partitions int `koanf:"partitions"`
 		// ClaimIdle: tickets idle this long in a dead consumer's pending list
 		// are taken over. Defaults to 30s.
 		ClaimIdle time.Duration `koanf:"claim_idle"`
@@ -207,6 +214,7 @@ var defaults = map[string]any{
 	"outbox.retention":             outbox.DefaultRetention.String(),
 	"queue.stream":                 "tickets",
 	"queue.group":                  "fanout",
+	"queue.partitions":             1,
 	"queue.claim_idle":             fanout.DefaultClaimIdle.String(),
 	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
 	"log.level":                    "info",
@@ -348,6 +356,12 @@ func (c *Config) validate() error {
 	positiveDur("shutdown_timeout", c.ShutdownTimeout)
 	if c.Queue.Stream == "" || c.Queue.Group == "" {
 		errs = append(errs, errors.New("config keys queue.stream and queue.group must not be empty"))
+	}
+	if c.Queue.Partitions < 1 || c.Queue.Partitions > queue.MaxPartitions {
+		errs = append(errs, fmt.Errorf("config key queue.partitions must be 1 to %d, got %d", queue.MaxPartitions, c.Queue.Partitions))
+	}
+	if c.Queue.Partitions > 1 && strings.Contains(c.Redis.Prefix+c.Queue.Stream, "{") {
+		errs = append(errs, errors.New("config keys redis.prefix and queue.stream must not hold a hash tag (\"{\") when queue.partitions > 1: each partition has its own"))
 	}
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":

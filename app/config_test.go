@@ -40,6 +40,7 @@ func TestLoadConfig(t *testing.T) {
 		require.EqualValues(t, 10000, cfg.Fanout.CelebrityThreshold)
 		require.Equal(t, 1000, cfg.Posts.MaxChars)
 		require.Equal(t, 15*time.Second, cfg.ShutdownTimeout)
+		require.Equal(t, 1, cfg.Queue.Partitions, "one stream, the key it always had")
 	})
 
 	t.Run("flags beat env beat file beat defaults", func(t *testing.T) {
@@ -68,11 +69,14 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("mistakes name the key", func(t *testing.T) {
 		t.Parallel()
 		for body, key := range map[string]string{
-			"feed:\n  max_length: 1\n":    "feed.max_length",
-			"feed:\n  max_len: lots\n":    "max_len",
-			"outbox:\n  lease: forever\n": "lease",
-			"log:\n  level: loud\n":       "log.level",
-			"queue:\n  claim_idle: 0s\n":  "queue.claim_idle",
+			"feed:\n  max_length: 1\n":                     "feed.max_length",
+			"feed:\n  max_len: lots\n":                     "max_len",
+			"outbox:\n  lease: forever\n":                  "lease",
+			"log:\n  level: loud\n":                        "log.level",
+			"queue:\n  claim_idle: 0s\n":                   "queue.claim_idle",
+			"queue:\n  partitions: 0\n":                    "queue.partitions",
+			"queue:\n  partitions: 1025\n":                 "queue.partitions",
+			"queue:\n  partitions: 2\n  stream: \"{t}\"\n": "queue.stream",
 		} {
 			_, err := LoadConfig(writeConfig(t, body), true, nil, nil)
 			require.ErrorContains(t, err, key, body)

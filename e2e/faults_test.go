@@ -84,9 +84,13 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 		name             string
 		chunkSize        int
 		followers, posts int // per kill
+		partitions       int
 	}{
-		{name: "whole", chunkSize: 100_000, followers: 300, posts: 24},
-		{name: "chunked", chunkSize: 150, followers: 6000, posts: 1},
+		{name: "whole", chunkSize: 100_000, followers: 300, posts: 24, partitions: 1},
+		{name: "chunked", chunkSize: 150, followers: 6000, posts: 1, partitions: 1},
+		// The tickets spread over partitions: the dead worker's are taken
+		// over from each.
+		{name: "whole, 8 partitions", chunkSize: 100_000, followers: 300, posts: 24, partitions: 8},
 	} {
 		t.Run(v.name, func(t *testing.T) {
 			t.Parallel()
@@ -98,6 +102,7 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 				"NEWSFEED_QUEUE_CLAIM_IDLE=1s",                // the dead worker's tickets are taken over soon
 				"NEWSFEED_OUTBOX_REDELIVER_AFTER=10m",         // and never published twice: one ticket per row
 				"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=0",
+				"NEWSFEED_QUEUE_PARTITIONS="+strconv.Itoa(v.partitions),
 			))
 			serve := c.start("serve")
 			c.start("dispatch")

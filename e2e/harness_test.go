@@ -613,15 +613,40 @@ func (c *cluster) waitDisconnected(p *proc) {
 }
 
 // pendingOutboxIDs returns the outbox ids of the tickets in the workers'
-// pending list: delivered to a worker and not acknowledged (XPENDING).
+// pending list: delivered to a worker and not acknowledged (XPENDING), in
+// every partition of the queue (NEWSFEED_QUEUE_PARTITIONS of the cluster).
 func (c *cluster) pendingOutboxIDs() map[int64]bool {
+	c.t.Helper()
+	partitions := 1
+	if v := c.envValue("NEWSFEED_QUEUE_PARTITIONS"); v != "" {
+		var err error
+		partitions, err = strconv.Atoi(v)
+		require.NoError(c.t, err)
+	}
+	ids := map[int64]bool{}
+	for p := range partitions {
+		stream := c.prefix + "tickets"
+		if p > 0 {
+			stream += ":{" + strconv.Itoa(p) + "}"
+		}
+		for id := range c.pendingOutboxIDsOf(stream) {
+			ids[id] = true
+		}
+	}
+	return ids
+}
+
+// pendingOutboxIDsOf is pendingOutboxIDs of one stream.
+func (c *cluster) pendingOutboxIDsOf(stream string) map[int64]bool {
 	c.t.Helper()
 	rdb := c.redis()
 	ctx := context.Background()
-	stream := c.prefix + "tickets"
 	pending, err := rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
 		Stream: stream, Group: "fanout", Start: "-", End: "+", Count: 100_000,
 	}).Result()
+	if err != nil && strings.HasPrefix(err.Error(), "NOGROUP") {
+		return nil // a partition no process made yet
+	}
 	require.NoError(c.t, err)
 	ids := map[int64]bool{}
 	if len(pending) == 0 {

@@ -41,10 +41,19 @@ func TestAllInOne(t *testing.T) {
 }
 
 // TestSeparateRoles: serve, two dispatchers and two workers as separate
-// processes deliver every post exactly once to every follower.
+// processes deliver every post exactly once to every follower, with the
+// queue in one stream and in 8 partitions.
 func TestSeparateRoles(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t)
+	for _, partitions := range []int{1, 8} {
+		t.Run(strconv.Itoa(partitions)+" partitions", func(t *testing.T) {
+			t.Parallel()
+			separateRoles(t, newCluster(t, withEnv("NEWSFEED_QUEUE_PARTITIONS="+strconv.Itoa(partitions))))
+		})
+	}
+}
+
+func separateRoles(t *testing.T, c *cluster) {
 	serve := c.start("serve")
 	d1, d2 := c.start("dispatch"), c.start("dispatch")
 	w1, w2 := c.start("work", "--concurrency", "8"), c.start("work", "--concurrency", "8")
@@ -112,6 +121,14 @@ func TestSeparateRoles(t *testing.T) {
 	written := w1.metric("newsfeed_fanout_entries_total") + w2.metric("newsfeed_fanout_entries_total")
 	require.Equal(t, float64(entries), written)
 	require.Positive(t, d1.metric("newsfeed_outbox_published_total")+d2.metric("newsfeed_outbox_published_total"))
+	// The tickets spread over every partition (a ticket id names its own: "3/…").
+	partitions, err := strconv.Atoi(c.envValue("NEWSFEED_QUEUE_PARTITIONS"))
+	require.NoError(t, err)
+	var used int
+	require.NoError(t, c.pool.QueryRow(t.Context(), `
+SELECT count(DISTINCT CASE WHEN ticket LIKE '%/%' THEN split_part(ticket, '/', 1) ELSE '0' END)
+FROM outbox WHERE ticket IS NOT NULL`).Scan(&used))
+	require.Equal(t, partitions, used, "partitions that carried tickets")
 
 	for _, p := range []*proc{serve, d1, d2, w1, w2} {
 		require.Equal(t, 0, p.stop(), "%s exits 0 on SIGTERM", p.role)

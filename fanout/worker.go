@@ -97,7 +97,12 @@ type Outbox interface {
 
 // Queue is where tickets come from.
 type Queue interface {
+	// Read takes up to count new tickets, waiting up to block for the first.
+	// It may return tickets together with an error (some of the queue's
+	// partitions failed): the tickets are the consumer's all the same.
 	Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error)
+	// ClaimStale takes over up to count tickets that other consumers held
+	// idle for minIdle; like Read it may return tickets with an error.
 	ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]domain.Delivery, error)
 	Touch(ctx context.Context, consumer, messageID string) error
 	Ack(ctx context.Context, messageID string) error
@@ -165,6 +170,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		if err == nil && len(tickets) == 0 {
 			tickets, err = w.queue.Read(ctx, w.cfg.Consumer, free, time.Second)
 		}
+		// Tickets come with an error when some partitions failed and others
+		// answered: they are this consumer's, to process all the same.
+		for _, t := range tickets {
+			start(t)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -175,9 +185,6 @@ func (w *Worker) Run(ctx context.Context) error {
 			continue
 		}
 		errWait.Reset()
-		for _, t := range tickets {
-			start(t)
-		}
 	}
 
 	w.log.Info("stopped taking tickets; waiting for those in flight",

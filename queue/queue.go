@@ -1,9 +1,15 @@
-// Package queue is the queue between dispatchers and fan-out workers: a Redis
-// stream read through a consumer group, so that several workers share the
+// Package queue is the queue between dispatchers and fan-out workers: Redis
+// streams read through a consumer group, so that several workers share the
 // tickets and a crashed worker's tickets are taken over by the others.
 //
+// The queue is split into partitions, one stream each (partitions.go), so
+// that on a Redis Cluster the tickets spread over the shards: a ticket goes
+// to the partition its event id hashes to, its id names the partition, and
+// every worker reads every partition (read.go). With one partition, the
+// default, the queue is the one stream it always was.
+//
 // A ticket is acknowledged and deleted in one step once its fan-out finished,
-// so the stream only ever holds tickets that are waiting or in progress:
+// so a stream only ever holds tickets that are waiting or in progress:
 // nothing unacknowledged is ever trimmed, and nothing acknowledged piles up.
 package queue
 
@@ -13,6 +19,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -20,45 +28,148 @@ import (
 	"github.com/newsfeed/newsfeed/domain"
 )
 
-// Queue is a Redis stream with one consumer group.
+// MaxPartitions bounds Config.Partitions.
+const MaxPartitions = 1024
+
+// DefaultRefresh is how often a queue reads the registry of partitions again.
+const DefaultRefresh = 2 * time.Second
+
+// Config configures a Queue.
+type Config struct {
+	// Stream is the key of partition 0 (the prefix included: "nf:tickets");
+	// the other partitions' keys are built from it (Key). It must not hold a
+	// hash tag ("{…}") when Partitions > 1: the partitions' own tags spread
+	// them over a cluster's slots.
+	Stream string
+	// Group is the consumer group of the workers.
+	Group string
+	// Partitions is how many streams new tickets are spread over, 1 to
+	// MaxPartitions; 0 means 1. Every queue also reads the partitions beyond
+	// its own count that other processes registered (a count changed on a
+	// running system), until they are empty.
+	Partitions int
+	// Refresh is how often the registry of partitions is read again, which
+	// bounds how soon a reader sees a partition another process registered.
+	// Defaults to DefaultRefresh (2s).
+	Refresh time.Duration
+}
+
+// Queue is a set of Redis streams, the partitions, with one consumer group.
 type Queue struct {
-	rdb    redis.UniversalClient
-	stream string
-	dead   string
-	group  string
+	rdb        redis.UniversalClient
+	stream     string
+	group      string
+	partitions int
+	refresh    time.Duration
+
+	// turn rotates where a read or a claim starts among the partitions.
+	turn atomic.Uint64
+
+	mu        sync.Mutex
+	known     []int // the configured partitions and the registered ones, ascending
+	knownAt   time.Time
+	retiredAt time.Time
 }
 
-// New returns a queue on stream (a full key) read by group.
+// New returns a queue of one partition on stream (a full key) read by group.
 func New(rdb redis.UniversalClient, stream, group string) *Queue {
-	return &Queue{rdb: rdb, stream: stream, dead: stream + ":dead", group: group}
+	q, err := NewPartitioned(rdb, Config{Stream: stream, Group: group, Partitions: 1})
+	if err != nil {
+		panic(err) // one partition is always valid
+	}
+	return q
 }
 
-// Stream returns the stream key.
+// NewPartitioned returns a queue configured by cfg. It returns an error when
+// a value of cfg is out of range.
+func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
+	if cfg.Partitions == 0 {
+		cfg.Partitions = 1
+	}
+	if cfg.Refresh == 0 {
+		cfg.Refresh = DefaultRefresh
+	}
+	switch {
+	case cfg.Partitions < 1 || cfg.Partitions > MaxPartitions:
+		return nil, fmt.Errorf("queue: Config.Partitions is %d, out of range: it must be 1 to %d", cfg.Partitions, MaxPartitions)
+	case cfg.Refresh < 0:
+		return nil, fmt.Errorf("queue: Config.Refresh is %v, out of range: it must be positive, or 0 for the default %v", cfg.Refresh, DefaultRefresh)
+	case cfg.Partitions > 1 && strings.Contains(cfg.Stream, "{"):
+		return nil, fmt.Errorf("queue: Config.Stream %q holds a hash tag: every partition would be in its slot", cfg.Stream)
+	}
+	q := &Queue{rdb: rdb, stream: cfg.Stream, group: cfg.Group, partitions: cfg.Partitions, refresh: cfg.Refresh}
+	q.known = q.configured()
+	return q, nil
+}
+
+// Stream returns the key of partition 0, the queue's one stream when it has
+// a single partition.
 func (q *Queue) Stream() string { return q.stream }
 
-// EnsureGroup creates the stream and its group if they do not exist. The group
-// starts at the beginning, so a group created after the stream (Redis lost
-// both and the dispatcher wrote first) still sees every ticket in it.
+// Partitions returns how many partitions new tickets are spread over.
+func (q *Queue) Partitions() int { return q.partitions }
+
+// EnsureGroup creates the configured partitions' streams and their group
+// where they do not exist. The group starts at the beginning, so a group
+// created after the stream (Redis lost both and the dispatcher wrote first)
+// still sees every ticket in it.
 func (q *Queue) EnsureGroup(ctx context.Context) error {
-	err := q.rdb.XGroupCreateMkStream(ctx, q.stream, q.group, "0").Err()
-	if err != nil && !strings.HasPrefix(err.Error(), "BUSYGROUP") {
-		return fmt.Errorf("create consumer group: %w", err)
+	cmds := make([]*redis.StatusCmd, q.partitions)
+	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for part := range q.partitions {
+			cmds[part] = p.XGroupCreateMkStream(ctx, q.Key(part), q.group, "0")
+		}
+		return nil
+	})
+	var errs []error
+	for part, cmd := range cmds {
+		if err := cmd.Err(); err != nil && !isBusyGroup(err) {
+			errs = append(errs, fmt.Errorf("create consumer group of %s: %w", q.Key(part), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ensureGroup creates one partition's group; the stream too if it is one of
+// the configured partitions. A partition beyond them is only read while it
+// exists: creating it would leave an empty stream that nothing retires.
+func (q *Queue) ensureGroup(ctx context.Context, part int) error {
+	var err error
+	if part < q.partitions {
+		err = q.rdb.XGroupCreateMkStream(ctx, q.Key(part), q.group, "0").Err()
+	} else {
+		err = q.rdb.XGroupCreate(ctx, q.Key(part), q.group, "0").Err()
+	}
+	if err != nil && !isBusyGroup(err) {
+		return fmt.Errorf("create consumer group of %s: %w", q.Key(part), err)
 	}
 	return nil
 }
 
-// Publish appends one ticket per event in one round trip and returns, per
-// event, the ticket's id or the error Redis gave.
+// Publish appends one ticket per event, each to the partition of its event
+// id, and returns, per event, the ticket's id or the error Redis gave. After
+// the tickets it registers their partitions and rings the bell that wakes
+// waiting readers: in the same pipeline on a single Redis, which runs it in
+// order; in a second round trip on a cluster, whose nodes run their parts of
+// a pipeline side by side.
 func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, []error) {
 	ids := make([]string, len(events))
 	errs := make([]error, len(events))
+	parts := make([]int, len(events))
 	cmds := make([]*redis.StringCmd, len(events))
+	_, cluster := q.rdb.(*redis.ClusterClient)
+	var registered *redis.IntCmd
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range events {
-			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: q.stream, Values: encode(e)})
+			parts[i] = q.Partition(e.ID)
+			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: q.Key(parts[i]), Values: encode(e)})
+		}
+		if !cluster {
+			registered = q.register(ctx, p, parts)
 		}
 		return nil
 	})
+	var written []int
 	for i, cmd := range cmds {
 		switch {
 		case cmd == nil:
@@ -66,153 +177,170 @@ func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, [
 		case cmd.Err() != nil:
 			errs[i] = cmd.Err()
 		default:
-			ids[i] = cmd.Val()
+			ids[i] = ticketID(parts[i], cmd.Val())
+			written = append(written, parts[i])
+		}
+	}
+	if len(written) == 0 {
+		return ids, errs
+	}
+	if cluster {
+		_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			registered = q.register(ctx, p, written)
+			return nil
+		})
+	}
+	// A ticket of a partition that no reader knows would wait unread: a
+	// failed registration fails the ticket, which the dispatcher publishes
+	// again (a duplicate is harmless, a lost ticket is not).
+	if registered != nil && registered.Err() != nil {
+		rerr := fmt.Errorf("register the partitions of %s: %w", q.stream, registered.Err())
+		for i := range events {
+			if errs[i] == nil && parts[i] != 0 {
+				ids[i], errs[i] = "", rerr
+			}
 		}
 	}
 	return ids, errs
 }
 
-// Holds reports, per ticket id, whether the stream still holds the ticket:
-// waiting for a worker or in progress (acknowledged tickets are deleted).
+// Holds reports, per ticket id, whether its partition still holds the
+// ticket: waiting for a worker or in progress (acknowledged tickets are
+// deleted). A ticket id this queue did not make is not held. The partitions
+// of the held tickets are registered again, so that a registration Redis
+// lost (a failover) is restored before the ticket is counted on.
 func (q *Queue) Holds(ctx context.Context, ticketIDs []string) ([]bool, error) {
+	parts := make([]int, len(ticketIDs))
 	cmds := make([]*redis.XMessageSliceCmd, len(ticketIDs))
-	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, id := range ticketIDs {
-			cmds[i] = p.XRangeN(ctx, q.stream, id, id, 1)
+			part, entry, err := ParseTicket(id)
+			if err != nil {
+				continue
+			}
+			parts[i] = part
+			cmds[i] = p.XRangeN(ctx, q.Key(part), entry, entry, 1)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return nil, fmt.Errorf("look up tickets: %w", err)
-	}
 	held := make([]bool, len(ticketIDs))
+	var heldParts []int
 	for i, c := range cmds {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+			return nil, fmt.Errorf("look up tickets: %w", err)
+		}
 		held[i] = len(c.Val()) > 0
+		if held[i] {
+			heldParts = append(heldParts, parts[i])
+		}
+	}
+	if err := q.reregister(ctx, heldParts); err != nil {
+		return nil, err
 	}
 	return held, nil
 }
 
-// Read takes up to count new tickets for consumer, waiting up to block for
-// the first (not at all when block <= 0). It returns no tickets and no error
-// when none came.
-func (q *Queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error) {
-	if block <= 0 {
-		block = -1 // no BLOCK argument: BLOCK 0 would wait forever
-	}
-	args := &redis.XReadGroupArgs{
-		Group: q.group, Consumer: consumer, Streams: []string{q.stream, ">"}, Count: int64(count), Block: block,
-	}
-	streams, err := q.rdb.XReadGroup(ctx, args).Result()
-	// Redis lost the stream (restart, flush): NOGROUP, or UNBLOCKED for a read
-	// that was waiting when the key went. Make the group again and read on.
-	if isNoGroup(err) || (err != nil && strings.HasPrefix(err.Error(), "UNBLOCKED")) {
-		if err = q.EnsureGroup(ctx); err == nil {
-			streams, err = q.rdb.XReadGroup(ctx, args).Result()
-		}
-	}
-	if errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("read tickets: %w", err)
-	}
-	var tickets []domain.Delivery
-	for _, s := range streams {
-		for _, m := range s.Messages {
-			tickets = append(tickets, decode(m, 1))
-		}
-	}
-	return tickets, nil
-}
-
-// ClaimStale takes over up to count tickets that other consumers (crashed or
-// stuck) have held for longer than minIdle.
-func (q *Queue) ClaimStale(ctx context.Context, consumer string, minIdle time.Duration, count int) ([]domain.Delivery, error) {
-	pending, err := q.rdb.XPendingExt(ctx, &redis.XPendingExtArgs{
-		Stream: q.stream, Group: q.group, Idle: minIdle, Start: "-", End: "+", Count: int64(count),
-	}).Result()
-	if isNoGroup(err) || errors.Is(err, redis.Nil) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list stale tickets: %w", err)
-	}
-	if len(pending) == 0 {
-		return nil, nil
-	}
-	ids := make([]string, len(pending))
-	deliveries := make(map[string]int64, len(pending))
-	for i, p := range pending {
-		ids[i] = p.ID
-		deliveries[p.ID] = p.RetryCount + 1 // XCLAIM counts one more delivery
-	}
-	msgs, err := q.rdb.XClaim(ctx, &redis.XClaimArgs{
-		Stream: q.stream, Group: q.group, Consumer: consumer, MinIdle: minIdle, Messages: ids,
-	}).Result()
-	if err != nil {
-		return nil, fmt.Errorf("claim stale tickets: %w", err)
-	}
-	tickets := make([]domain.Delivery, 0, len(msgs))
-	for _, m := range msgs {
-		tickets = append(tickets, decode(m, deliveries[m.ID]))
-	}
-	return tickets, nil
-}
-
 // Touch tells the group that consumer still works on the ticket, so that no
 // other consumer claims it as stale.
-func (q *Queue) Touch(ctx context.Context, consumer, messageID string) error {
-	err := q.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
-		Stream: q.stream, Group: q.group, Consumer: consumer, Messages: []string{messageID},
+func (q *Queue) Touch(ctx context.Context, consumer, ticket string) error {
+	part, entry, err := ParseTicket(ticket)
+	if err != nil {
+		return fmt.Errorf("touch ticket: %w", err)
+	}
+	err = q.rdb.XClaimJustID(ctx, &redis.XClaimArgs{
+		Stream: q.Key(part), Group: q.group, Consumer: consumer, Messages: []string{entry},
 	}).Err()
 	if err != nil {
-		return fmt.Errorf("touch ticket %s: %w", messageID, err)
+		return fmt.Errorf("touch ticket %s: %w", ticket, err)
 	}
 	return nil
 }
 
-// Ack acknowledges the ticket and deletes it from the stream, atomically.
-func (q *Queue) Ack(ctx context.Context, messageID string) error {
-	_, err := q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.XAck(ctx, q.stream, q.group, messageID)
-		p.XDel(ctx, q.stream, messageID)
+// Ack acknowledges the ticket and deletes it from its partition, atomically.
+func (q *Queue) Ack(ctx context.Context, ticket string) error {
+	part, entry, err := ParseTicket(ticket)
+	if err != nil {
+		return fmt.Errorf("ack ticket: %w", err)
+	}
+	_, err = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAck(ctx, q.Key(part), q.group, entry)
+		p.XDel(ctx, q.Key(part), entry)
 		return nil
 	})
 	if err != nil {
-		return fmt.Errorf("ack ticket %s: %w", messageID, err)
+		return fmt.Errorf("ack ticket %s: %w", ticket, err)
 	}
 	return nil
 }
 
-// DeadLetter copies the ticket with its cause to the dead-letter stream (for
-// operators to look at; the outbox row is the record) and acknowledges it.
+// DeadLetter copies the ticket with its cause to its partition's dead-letter
+// stream (DeadKey; for operators to look at, the outbox row is the record)
+// and acknowledges it. Partition p > 0 and its dead letters share a hash
+// tag, so the copy and the acknowledgement are one MULTI even on a cluster;
+// partition 0 keeps the keys it always had, in two slots, and copies first.
 func (q *Queue) DeadLetter(ctx context.Context, t domain.Delivery, cause string) error {
+	part, entry, err := ParseTicket(t.MessageID)
+	if err != nil {
+		return fmt.Errorf("dead-letter ticket: %w", err)
+	}
 	values := encode(t.Event)
 	values = append(values, "cause", cause, "deliveries", t.Deliveries)
-	err := q.rdb.XAdd(ctx, &redis.XAddArgs{
-		Stream: q.dead, Values: values, MaxLen: 10000, Approx: true,
-	}).Err()
+	dead := &redis.XAddArgs{Stream: q.DeadKey(part), Values: values, MaxLen: 10000, Approx: true}
+	if part == 0 {
+		if err := q.rdb.XAdd(ctx, dead).Err(); err != nil {
+			return fmt.Errorf("dead-letter ticket %s: %w", t.MessageID, err)
+		}
+		return q.Ack(ctx, t.MessageID)
+	}
+	_, err = q.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.XAdd(ctx, dead)
+		p.XAck(ctx, q.Key(part), q.group, entry)
+		p.XDel(ctx, q.Key(part), entry)
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("dead-letter ticket %s: %w", t.MessageID, err)
 	}
-	return q.Ack(ctx, t.MessageID)
+	return nil
 }
 
 // Pending returns how many tickets were delivered to workers and not yet
-// acknowledged.
+// acknowledged, over every partition.
 func (q *Queue) Pending(ctx context.Context) (int64, error) {
-	p, err := q.rdb.XPending(ctx, q.stream, q.group).Result()
-	if isNoGroup(err) || errors.Is(err, redis.Nil) {
-		return 0, nil
-	}
+	parts, err := q.knownPartitions(ctx)
 	if err != nil {
-		return 0, fmt.Errorf("count pending tickets: %w", err)
+		return 0, err
 	}
-	return p.Count, nil
+	cmds := make([]*redis.XPendingCmd, len(parts))
+	_, _ = q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, part := range parts {
+			cmds[i] = p.XPending(ctx, q.Key(part), q.group)
+		}
+		return nil
+	})
+	var n int64
+	for _, c := range cmds {
+		err := c.Err()
+		if isNoGroup(err) || errors.Is(err, redis.Nil) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("count pending tickets: %w", err)
+		}
+		n += c.Val().Count
+	}
+	return n, nil
 }
 
 func isNoGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
+}
+
+func isBusyGroup(err error) bool {
+	return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP")
 }
 
 func encode(e domain.Event) []any {
@@ -228,11 +356,11 @@ func encode(e domain.Event) []any {
 
 // decode never fails: a malformed ticket decodes to an event with zero
 // fields, which the worker rejects and parks as dead.
-func decode(m redis.XMessage, deliveries int64) domain.Delivery {
+func decode(part int, m redis.XMessage, deliveries int64) domain.Delivery {
 	str := func(k string) string { s, _ := m.Values[k].(string); return s }
 	num := func(k string) int64 { n, _ := strconv.ParseInt(str(k), 10, 64); return n }
 	return domain.Delivery{
-		MessageID:  m.ID,
+		MessageID:  ticketID(part, m.ID),
 		Deliveries: deliveries,
 		Event: domain.Event{
 			ID:        num("id"),
