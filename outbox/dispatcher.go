@@ -197,20 +197,25 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	poll := time.NewTimer(0)
 	defer poll.Stop()
 	var errWait backoff.Doubling
+	wake := d.cfg.Wake
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-d.cfg.Wake:
+		case <-wake:
 		case <-poll.C:
 		}
 		n, err := d.DispatchOnce(ctx)
 		next := d.cfg.PollInterval
+		wake = d.cfg.Wake
 		switch {
 		case ctx.Err() != nil:
 			return nil
 		case err != nil:
 			next = errWait.Next()
+			// While backing off, new writes do not cut the wait short: a
+			// dependency that is down would be hit once per post.
+			wake = nil
 			d.log.Warn("dispatch failed; retrying", zap.Error(err), zap.Duration("retry_in", next))
 		case n == d.cfg.BatchSize:
 			errWait.Reset()

@@ -573,10 +573,12 @@ type hookedStore struct {
 	claimFailures         int
 	claimHangs            int
 	markPublishedFailures int
+	claims                int // calls of Claim
 }
 
 func (s *hookedStore) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
 	s.mu.Lock()
+	s.claims++
 	fail, hang := s.claimFailures > 0, s.claimFailures <= 0 && s.claimHangs > 0
 	if fail {
 		s.claimFailures--
@@ -603,6 +605,32 @@ func (s *hookedStore) MarkPublished(ctx context.Context, ids []int64, tickets []
 		return fmt.Errorf("mark outbox rows published: %w", errStoreDown)
 	}
 	return s.DB.MarkPublished(ctx, ids, tickets, redeliverAfter)
+}
+
+// While PostgreSQL fails, the dispatcher backs off, and writes that wake it
+// (one NOTIFY a post) do not cut the wait short: the dependency that is down
+// would otherwise be hit once per post.
+func TestWakeUpsDoNotSkipTheBackoff(t *testing.T) {
+	t.Parallel()
+	b := newBundle(t)
+	st := &hookedStore{DB: b.db, claimFailures: 1 << 30}
+	wake := make(chan struct{}, 1)
+	d := newDispatcher(t, st, b.queue, outbox.Config{PollInterval: time.Hour, RedeliverAfter: time.Hour, Wake: wake})
+	stop := runDispatcher(t, d)
+	// Posts keep coming for half a second: a wake-up at every chance.
+	for end := time.Now().Add(500 * time.Millisecond); time.Now().Before(end); {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+		time.Sleep(time.Millisecond)
+	}
+	stop()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	// The first claim at once, then 100, 200, 400 ms of backoff (±25 %%
+	// jitter is not applied to these): at most a handful of claims.
+	require.LessOrEqual(t, st.claims, 6, "claims while the store was down")
 }
 
 func TestPassTimeout(t *testing.T) {
