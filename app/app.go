@@ -281,12 +281,10 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 }
 
 // startRoles builds each role and starts its pieces in g; the first role
-// that cannot start ends it with its error.
+// that cannot start ends it with its error. The ops server comes last, so
+// that /healthz answering means every listener of the process is bound.
 func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte) error {
 	has := func(r Role) bool { return slices.Contains(roles, r) }
-	if err := s.opsRole(ctx, g, has(RoleServe)); err != nil {
-		return err
-	}
 	if has(RoleServe) {
 		if err := s.serveRole(ctx, g, secret); err != nil {
 			return err
@@ -302,7 +300,7 @@ func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role
 			return err
 		}
 	}
-	return nil
+	return s.opsRole(ctx, g, has(RoleServe))
 }
 
 // opsRole serves /metrics, /healthz and /readyz on metrics.addr, unless it is
