@@ -117,6 +117,8 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		ActiveTTL:   time.Duration(cfg.Feed.ActiveDays) * 24 * time.Hour,
 		Cluster:     cfg.Redis.Cluster,
 
+		WaitReplicas:       cfg.Redis.WaitReplicas,
+		WaitTimeout:        cfg.Redis.WaitTimeout,
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
 		Logger:             log.Named("feed"),
 	})
@@ -124,6 +126,9 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		Stream:     cfg.Redis.Prefix + cfg.Queue.Stream,
 		Group:      cfg.Queue.Group,
 		Partitions: cfg.Queue.Partitions,
+
+		WaitReplicas: cfg.Redis.WaitReplicas,
+		WaitTimeout:  cfg.Redis.WaitTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("queue.partitions: %w", err)

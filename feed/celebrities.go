@@ -40,6 +40,9 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 	if err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err(); err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
+	if err := f.replicas.Wait(ctx, f.keys.pulled()); err != nil {
+		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
+	}
 	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
 	if err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)

@@ -8,6 +8,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/replicas"
 )
 
 // Store is the PostgreSQL side that feeds cache.
@@ -61,17 +62,26 @@ type Config struct {
 	// Cluster tells that Redis is a Redis Cluster, where one script call
 	// cannot touch the feeds of many users. Defaults to false.
 	Cluster bool
+	// WaitReplicas is how many replicas of each primary written to must
+	// have a fan-out's writes before they count as done (redis.wait_replicas):
+	// with 1, a failover cannot lose a post whose delivery was recorded.
+	// Defaults to 0: the writes count once the primary has them.
+	WaitReplicas int
+	// WaitTimeout bounds the wait for those replicas; fewer in time fail
+	// the write, which is tried again (redis.wait_timeout). Defaults to 1s.
+	WaitTimeout time.Duration
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
 }
 
 // Feeds reads and writes home feeds.
 type Feeds struct {
-	rdb   redis.UniversalClient
-	store Store
-	cfg   Config
-	keys  keys
-	log   *zap.Logger
+	rdb      redis.UniversalClient
+	store    Store
+	cfg      Config
+	keys     keys
+	log      *zap.Logger
+	replicas *replicas.Waiter // nil: no wait
 }
 
 // New builds Feeds on a Redis client and the PostgreSQL store.
@@ -94,7 +104,11 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
-	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = time.Second
+	}
+	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger,
+		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout)}
 }
 
 // maxPipeline bounds the commands sent in one pipeline; very large pipelines

@@ -42,6 +42,9 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 	}
 	args := append([]any{f.cfg.MaxLen, floor, followee}, int64sToArgs(ids)...)
 	n, err := mergeScript.Run(ctx, f.rdb, keys, args...).Int()
+	if err == nil {
+		err = f.replicas.Wait(ctx, keys...)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
 	}
@@ -84,6 +87,9 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 			return fmt.Errorf("unfill feed %d: %w", follower, err)
 		}
 		if n >= 0 {
+			if err := f.replicas.Wait(ctx, keys...); err != nil {
+				return fmt.Errorf("unfill feed %d: %w", follower, err)
+			}
 			return nil
 		}
 	}

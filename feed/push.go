@@ -41,7 +41,11 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 // ForgetPost marks a deleted post in the post cache, so that no read shows it
 // even while feeds still list it.
 func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
-	if err := f.rdb.Set(ctx, f.keys.post(postID), tombstone, f.cfg.PostTTL).Err(); err != nil {
+	key := f.keys.post(postID)
+	if err := f.rdb.Set(ctx, key, tombstone, f.cfg.PostTTL).Err(); err != nil {
+		return fmt.Errorf("forget post %d: %w", postID, err)
+	}
+	if err := f.replicas.Wait(ctx, key); err != nil {
 		return fmt.Errorf("forget post %d: %w", postID, err)
 	}
 	return nil
@@ -51,6 +55,9 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 // next read rebuilds them from PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 	err := f.rdb.Del(ctx, f.keys.feed(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
+	if err == nil {
+		err = f.replicas.Wait(ctx, f.keys.feed(userID))
+	}
 	if err != nil {
 		return fmt.Errorf("drop feed %d: %w", userID, err)
 	}
@@ -63,7 +70,8 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 // Cluster (a script may only touch keys of one slot, and the keys of a group
 // share one), in pipelines of at most maxPipeline calls. It returns the sum
 // of the results of the calls that ran — also when some failed, so that what
-// they wrote is counted once even though the caller will try again.
+// they wrote is counted once even though the caller will try again. With
+// WaitReplicas, it returns only once the replicas have it all (or fails).
 func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, keysPer int, args ...any) (int, error) {
 	per := maxScriptKeys * keysPer
 	if f.cfg.Cluster {
@@ -86,7 +94,7 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 			return total, err
 		}
 	}
-	return total, nil
+	return total, f.replicas.Wait(ctx, keys...)
 }
 
 // runScripts sends n calls of s in one pipeline, the i-th on keysOf(i), by

@@ -26,6 +26,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/replicas"
 )
 
 // MaxPartitions bounds Config.Partitions.
@@ -52,6 +53,15 @@ type Config struct {
 	// bounds how soon a reader sees a partition another process registered.
 	// Defaults to DefaultRefresh (2s).
 	Refresh time.Duration
+	// WaitReplicas is how many replicas of a partition's primary must have
+	// a ticket before Publish reports it written (redis.wait_replicas), so
+	// that a failover cannot lose a ticket whose outbox row is marked
+	// published. 0 (the default) waits for none.
+	WaitReplicas int
+	// WaitTimeout bounds that wait (redis.wait_timeout); a ticket whose
+	// replicas did not answer in time is reported failed, and published
+	// again. Defaults to 1s.
+	WaitTimeout time.Duration
 }
 
 // Queue is a set of Redis streams, the partitions, with one consumer group.
@@ -61,6 +71,7 @@ type Queue struct {
 	group      string
 	partitions int
 	refresh    time.Duration
+	replicas   *replicas.Waiter // nil: no wait
 
 	// turn rotates where a read or a claim starts among the partitions.
 	turn atomic.Uint64
@@ -97,7 +108,11 @@ func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	case cfg.Partitions > 1 && strings.Contains(cfg.Stream, "{"):
 		return nil, fmt.Errorf("queue: Config.Stream %q holds a hash tag: every partition would be in its slot", cfg.Stream)
 	}
-	q := &Queue{rdb: rdb, stream: cfg.Stream, group: cfg.Group, partitions: cfg.Partitions, refresh: cfg.Refresh}
+	if cfg.WaitTimeout <= 0 {
+		cfg.WaitTimeout = time.Second
+	}
+	q := &Queue{rdb: rdb, stream: cfg.Stream, group: cfg.Group, partitions: cfg.Partitions, refresh: cfg.Refresh,
+		replicas: replicas.New(rdb, cfg.Stream+":", cfg.WaitReplicas, cfg.WaitTimeout)}
 	q.known = q.configured()
 	return q, nil
 }
@@ -198,6 +213,20 @@ func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, [
 		for i := range events {
 			if errs[i] == nil && parts[i] != 0 {
 				ids[i], errs[i] = "", rerr
+			}
+		}
+	}
+	// The same for a ticket that a failover could still lose.
+	if q.replicas != nil {
+		keys := []string{q.RegistryKey()}
+		for _, part := range written {
+			keys = append(keys, q.Key(part))
+		}
+		if werr := q.replicas.Wait(ctx, keys...); werr != nil {
+			for i := range events {
+				if errs[i] == nil {
+					ids[i], errs[i] = "", werr
+				}
 			}
 		}
 	}

@@ -2,6 +2,7 @@ package queue_test
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/replicas"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/queue"
 )
@@ -585,4 +587,49 @@ func TestDeadLetter(t *testing.T) {
 	require.NotContains(t, pendingOf(t, b), tickets[0].MessageID)
 	requirePending(t, q, 1)
 	require.Equal(t, int64(1), streamLen(t, b, b.stream))
+}
+
+// With WaitReplicas, a ticket that no replica has is reported failed (the
+// dispatcher publishes it again): on the Redis Cluster, with the replica of
+// one partition's primary stopped (SIGSTOP: alive, silent), the tickets of
+// the batch fail after the timeout, though they are in their streams; with
+// the replica back, they are written.
+func TestPublishWaitsForReplicas(t *testing.T) {
+	if testenv.RedisClusterURL() == "" {
+		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
+	}
+	testenv.HoldReplicas(t)
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	q, err := queue.NewPartitioned(rdb, queue.Config{
+		Stream: prefix + "tickets", Group: group, Partitions: 4,
+		WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	require.NoError(t, q.EnsureGroup(t.Context()))
+	tickets, errs := q.Publish(t.Context(), makeEvents(1, 8))
+	for i := range tickets {
+		require.NoError(t, errs[i], "every primary has a replica that answers")
+	}
+
+	primary, err := rdb.(*redis.ClusterClient).MasterForKey(t.Context(), q.Key(1))
+	require.NoError(t, err)
+	resume := testenv.StopReplicaOf(t, primary)
+	tickets, errs = q.Publish(t.Context(), makeEvents(11, 8))
+	for i := range tickets {
+		var se *replicas.ShortError
+		require.True(t, errors.As(errs[i], &se), "ticket %d: want a ShortError, got %v", i, errs[i])
+		require.Empty(t, tickets[i])
+	}
+	resume()
+	var queued int64
+	for part := range 4 {
+		n, err := rdb.XLen(t.Context(), q.Key(part)).Result()
+		require.NoError(t, err)
+		queued += n
+	}
+	require.Equal(t, int64(16), queued, "the failed tickets are in their streams all the same")
+	_, errs = q.Publish(t.Context(), makeEvents(11, 8))
+	for i := range errs {
+		require.NoError(t, errs[i], "the replica answers again")
+	}
 }

@@ -1,0 +1,93 @@
+package testenv
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// HoldReplicas gives the test the replicas of the local test cluster to
+// itself until it ends: a test that waits for replicas, or stops one, takes
+// it first, so that another package's test cannot stop a replica under it.
+func HoldReplicas(t testing.TB) {
+	t.Helper()
+	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "newsfeed-test-replicas.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("replica lock: %v", err)
+	}
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		t.Fatalf("replica lock: %v", err)
+	}
+	t.Cleanup(func() { _ = lock.Close() }) // releases the lock
+}
+
+// StopReplicaOf stops (SIGSTOP: alive, silent) the first replica of a
+// primary of the local test cluster, and returns the function that lets it
+// go on (SIGCONT), which the test's cleanup also calls. The replica must
+// be a process of this machine, and the test must HoldReplicas.
+func StopReplicaOf(t testing.TB, primary *redis.Client) (resume func()) {
+	t.Helper()
+	pid := replicaPID(t, primary)
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatalf("stop the replica (pid %d): %v", pid, err)
+	}
+	done := false
+	resume = func() {
+		if done {
+			return
+		}
+		done = true
+		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+			t.Errorf("resume the replica (pid %d): %v", pid, err)
+		}
+	}
+	t.Cleanup(resume)
+	return resume
+}
+
+// replicaPID returns the process id of primary's first replica.
+func replicaPID(t testing.TB, primary *redis.Client) int {
+	t.Helper()
+	ctx := context.Background()
+	info, err := primary.Info(ctx, "replication").Result()
+	if err != nil {
+		t.Fatalf("INFO replication of %s: %v", primary.Options().Addr, err)
+	}
+	var addr string
+	for _, line := range strings.Split(info, "\n") { // slave0:ip=127.0.0.1,port=7004,state=online,...
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "slave0:"); ok {
+			fields := map[string]string{}
+			for _, kv := range strings.Split(v, ",") {
+				k, val, _ := strings.Cut(kv, "=")
+				fields[k] = val
+			}
+			addr = fields["ip"] + ":" + fields["port"]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("primary %s has no replica:\n%s", primary.Options().Addr, info)
+	}
+	replica := redis.NewClient(&redis.Options{Addr: addr})
+	defer replica.Close()
+	server, err := replica.Info(ctx, "server").Result()
+	if err != nil {
+		t.Fatalf("INFO server of %s: %v", addr, err)
+	}
+	for _, line := range strings.Split(server, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("process_id of %s: %v", addr, err)
+			}
+			return pid
+		}
+	}
+	t.Fatalf("no process_id in INFO server of %s", addr)
+	return 0
+}
