@@ -24,10 +24,11 @@ run: services build ## build and run every role in one process (development)
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
 # `services` then makes sure a C compiler is installed (--cc).
 test: SERVICES_FLAGS = --tests --cc
-test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster, each fuzz target briefly
+test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
 	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' go test -count=1 -timeout 10m ./feed/ ./queue/ ./api/ ./e2e/
+	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_CLUSTER_FAULTS=1 go test -count=1 -timeout 10m -run '^(TestRedisPrimaryKilledMidFanout|TestReshardUnderLoad)$$' -v ./e2e/
 	scripts/fuzz.sh $(FUZZ_TIME_CI)
 
 test-short: SERVICES_FLAGS = --tests

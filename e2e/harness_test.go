@@ -40,7 +40,14 @@ import (
 
 var binary string
 
+// quietRedis drops go-redis's own log lines (a dial that failed while a
+// test's Redis is down on purpose); every error also reaches the caller.
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
 func TestMain(m *testing.M) {
+	redis.SetLogger(quietRedis{})
 	dir, err := os.MkdirTemp("", "newsfeed-e2e")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -426,6 +433,7 @@ func (c *cluster) redis() redis.UniversalClient {
 		opts, err := redis.ParseClusterURL(c.redisURL)
 		require.NoError(c.t, err)
 		opts.PoolSize = 32
+		opts.ClusterStateReloadInterval = time.Second // follows a failover, as the product does
 		rdb := redis.NewClusterClient(opts)
 		c.t.Cleanup(func() { _ = rdb.Close() })
 		return rdb

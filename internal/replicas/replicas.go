@@ -18,6 +18,7 @@ package replicas
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -80,17 +81,20 @@ func (w *Waiter) Wait(ctx context.Context, keys ...string) error {
 		}
 		return w.waitOn(ctx, one, hashTag(keys[0]))
 	}
-	// One key per primary is enough: a marker in its slot lands there.
+	// A marker in the slot of any key of a primary lands on it. A few per
+	// primary: while slots move (a reshard), a slot's marker may be sent
+	// on (MOVED, ASK), and the next one is tried.
 	nodes := make(map[string]*redis.Client)
-	tags := make(map[string]string)
+	tags := make(map[string][]string)
 	for _, k := range keys {
 		node, err := cc.MasterForKey(ctx, k)
 		if err != nil {
 			return fmt.Errorf("find the primary of %s: %w", k, err)
 		}
 		addr := node.Options().Addr
-		if _, seen := nodes[addr]; !seen {
-			nodes[addr], tags[addr] = node, hashTag(k)
+		nodes[addr] = node
+		if tag := hashTag(k); len(tags[addr]) < markerTries && !slices.Contains(tags[addr], tag) {
+			tags[addr] = append(tags[addr], tag)
 		}
 	}
 	var wg sync.WaitGroup
@@ -99,7 +103,7 @@ func (w *Waiter) Wait(ctx context.Context, keys ...string) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs <- w.waitOn(ctx, node, tags[addr])
+			errs <- w.waitOn(ctx, node, tags[addr]...)
 		}()
 	}
 	wg.Wait()
@@ -112,6 +116,9 @@ func (w *Waiter) Wait(ctx context.Context, keys ...string) error {
 	return nil
 }
 
+// markerTries is how many slots of a primary a marker is tried in.
+const markerTries = 4
+
 // waitOn writes the marker of tag on one connection of c, asks the primary
 // how many replicas it has, and waits for that many (at most w.replicas)
 // on the same connection.
@@ -123,24 +130,29 @@ func (w *Waiter) Wait(ctx context.Context, keys ...string) error {
 // its writes do not wait: a shard whose replica took over from it goes on
 // taking fan-out at once, instead of stalling until a replica is back.
 // A replica that is listed but syncing, or stopped, must answer in time.
-func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tag string) error {
+func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tags ...string) error {
 	node := c.Options().Addr
 	conn := c.Conn()
 	defer conn.Close()
-	key := w.prefix + "replicated:{" + tag + "}"
-	var set *redis.StatusCmd
 	var info *redis.StringCmd
-	_, err := conn.Pipelined(ctx, func(p redis.Pipeliner) error {
-		set = p.Set(ctx, key, 1, markerTTL)
-		info = p.Info(ctx, "replication")
-		return nil
-	})
-	if err := set.Err(); err != nil {
-		// MOVED: the slot left this primary since the writes; they are
-		// checked again when the caller retries.
-		return fmt.Errorf("redis %s: write the replication marker: %w", node, err)
+	var err error
+	for _, tag := range tags {
+		var set *redis.StatusCmd
+		_, err = conn.Pipelined(ctx, func(p redis.Pipeliner) error {
+			set = p.Set(ctx, w.prefix+"replicated:{"+tag+"}", 1, markerTTL)
+			info = p.Info(ctx, "replication")
+			return nil
+		})
+		if err = set.Err(); err == nil || !isRedirect(err) {
+			break
+		}
 	}
 	if err != nil {
+		// Still MOVED: the slots of the writes left this primary; the
+		// caller's retry waits where they are now.
+		return fmt.Errorf("redis %s: write the replication marker: %w", node, err)
+	}
+	if err := info.Err(); err != nil {
 		return fmt.Errorf("redis %s: read its replicas: %w", node, err)
 	}
 	listed := listedReplicas(info.Val())
@@ -156,6 +168,10 @@ func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tag string) error 
 		return &ShortError{Node: node, Acked: acked, Want: want, Listed: listed, Timeout: w.timeout}
 	}
 	return nil
+}
+
+func isRedirect(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK")
 }
 
 // listedReplicas counts the replicas in a primary's INFO replication, in

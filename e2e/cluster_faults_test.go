@@ -1,0 +1,310 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+)
+
+// The tests of this file kill and reshard nodes of the local Redis Cluster
+// (make cluster-up), which every test of the cluster pass shares: they run
+// only with NEWSFEED_TEST_CLUSTER_FAULTS set, alone (make test runs them
+// after the cluster pass), and each ends with `scripts/cluster.sh up`, which
+// restarts a killed node as a replica.
+
+// needClusterFaults skips the test unless it may break the shared cluster.
+func (c *cluster) needClusterFaults() {
+	c.t.Helper()
+	if !c.onCluster {
+		c.t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
+	}
+	if os.Getenv("NEWSFEED_TEST_CLUSTER_FAULTS") == "" {
+		c.t.Skip("kills or reshards nodes of the shared cluster: NEWSFEED_TEST_CLUSTER_FAULTS=1, alone (make test does)")
+	}
+	c.t.Cleanup(func() {
+		out, err := exec.Command("../scripts/cluster.sh", "up").CombinedOutput()
+		if err != nil {
+			c.t.Errorf("restore the cluster: %v\n%s", err, out)
+		}
+	})
+}
+
+// clusterNode is one line of CLUSTER NODES.
+type clusterNode struct {
+	id, addr string
+	primary  bool
+	failed   bool
+	slots    int
+}
+
+func (c *cluster) clusterNodes(ctx context.Context, rdb *redis.ClusterClient) []clusterNode {
+	c.t.Helper()
+	var out string
+	var err error
+	for range 50 { // any node answers; one may just have died
+		if out, err = rdb.ClusterNodes(ctx).Result(); err == nil {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	require.NoError(c.t, err)
+	var nodes []clusterNode
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		f := strings.Fields(line)
+		n := clusterNode{id: f[0], addr: strings.Split(f[1], "@")[0]}
+		n.primary = strings.Contains(f[2], "master")
+		n.failed = strings.Contains(f[2], "fail")
+		for _, r := range f[8:] {
+			if strings.HasPrefix(r, "[") {
+				continue // a slot being migrated
+			}
+			lo, hi, found := strings.Cut(r, "-")
+			a, _ := strconv.Atoi(lo)
+			b := a
+			if found {
+				b, _ = strconv.Atoi(hi)
+			}
+			n.slots += b - a + 1
+		}
+		nodes = append(nodes, n)
+	}
+	return nodes
+}
+
+// processID returns the pid of the redis-server at addr.
+func processID(t *testing.T, addr string) int {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	info, err := rdb.Info(context.Background(), "server").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
+			pid, err := strconv.Atoi(v)
+			require.NoError(t, err)
+			return pid
+		}
+	}
+	t.Fatalf("no process_id in INFO server of %s", addr)
+	return 0
+}
+
+// waitClusterOK waits until every node that answers says cluster_state:ok
+// and addr (the killed primary) is no longer a primary that owns slots.
+func (c *cluster) waitFailedOver(ctx context.Context, rdb *redis.ClusterClient, dead string) {
+	c.t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for time.Now().Before(deadline) {
+		promoted := true
+		for _, n := range c.clusterNodes(ctx, rdb) {
+			if n.addr == dead && n.primary && n.slots > 0 && !n.failed {
+				promoted = false
+			}
+		}
+		if promoted {
+			if info, err := rdb.ClusterInfo(ctx).Result(); err == nil && strings.Contains(info, "cluster_state:ok") {
+				return
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c.t.Fatalf("no replica took over from %s within 60s", dead)
+}
+
+// requireEveryFeedHolds checks, in Redis, that every follower's feed holds
+// every post, and over the API, for a sample of readers who follow nobody
+// else, that the feed lists each exactly once, newest first, and nothing else.
+func (c *cluster) requireEveryFeedHolds(serve *proc, followers, onlyThem []int64, posts []int64, sample int) {
+	c.t.Helper()
+	for _, id := range posts {
+		require.Equal(c.t, len(followers), c.feedsHolding(followers, id), "feeds holding post %d", id)
+	}
+	want := slices.Clone(posts)
+	slices.Reverse(want)
+	for _, i := range rand.Perm(len(onlyThem))[:sample] {
+		got := postIDs(serve.client(onlyThem[i]).feed())
+		require.Equal(c.t, want, got, "the feed of %d: every post once, newest first", onlyThem[i])
+	}
+}
+
+// A Redis primary — holding feeds and partitions of the queue — is killed
+// with SIGKILL in the middle of a 20,000-follower fan-out (split into
+// chunks), while posts go on being made. Its replica takes over within
+// seconds, every role follows the new topology without a restart, and when
+// the outbox has drained every follower's feed holds every post exactly
+// once. redis.wait_replicas is 1: no write the dead primary acknowledged
+// to a worker is missing on its promoted replica.
+func TestRedisPrimaryKilledMidFanout(t *testing.T) {
+	c := newCluster(t, withEnv(
+		"NEWSFEED_REDIS_WAIT_REPLICAS=1",
+		"NEWSFEED_QUEUE_PARTITIONS=6",
+		"NEWSFEED_FANOUT_CONCURRENCY=16",
+		"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=1000000", // fanned out, not pulled
+	))
+	c.needClusterFaults()
+	ctx := context.Background()
+	rdb := c.redis().(*redis.ClusterClient)
+
+	const author = 1
+	followers := c.seedFollowers(author, 1000, 20000)
+	c.markFeedsBuilt(followers)
+	serve := c.start("serve")
+	c.start("dispatch")
+	c.start("work")
+	c.start("work")
+	poster := serve.client(author)
+
+	var posts []int64
+	for i := range 3 {
+		posts = append(posts, poster.post("before the kill "+strconv.Itoa(i)).ID)
+	}
+	// Kill once the last of them is part-way through its fan-out.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		n := c.feedsHolding(followers, posts[len(posts)-1])
+		if n > 0 && n < len(followers) {
+			break
+		}
+		require.Less(c.t, n, len(followers), "the fan-out ended before the kill could land in it; make it bigger")
+		require.True(t, time.Now().Before(deadline), "the fan-out never started")
+		time.Sleep(20 * time.Millisecond)
+	}
+	victim, err := rdb.MasterForKey(ctx, c.feedKey(followers[0]))
+	require.NoError(t, err)
+	dead := victim.Options().Addr
+	require.NoError(t, syscall.Kill(processID(t, dead), syscall.SIGKILL))
+	killed := time.Now()
+	t.Logf("killed the primary %s mid fan-out", dead)
+
+	// Posts go on while the replica takes over: writes need PostgreSQL alone.
+	for i := range 5 {
+		posts = append(posts, poster.post("during the failover "+strconv.Itoa(i)).ID)
+		time.Sleep(200 * time.Millisecond)
+	}
+	c.waitFailedOver(ctx, rdb, dead)
+	promoted := time.Now()
+	t.Logf("a replica took over %s after the kill", promoted.Sub(killed).Round(time.Millisecond))
+	for i := range 3 {
+		posts = append(posts, poster.post("after the failover "+strconv.Itoa(i)).ID)
+	}
+
+	// Well before outbox.redeliver_after (2m): the roles follow the new
+	// topology themselves, they do not wait for the outbox's redelivery.
+	c.waitOutboxDrained(90 * time.Second)
+	t.Logf("the outbox drained %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+	c.requireEveryFeedHolds(serve, followers, followers, posts, 30)
+}
+
+// A third of the slots move from one primary to another with
+// `redis-cli --cluster reshard` while posts, follows and reads flow: the
+// clients follow MOVED and ASK, and at the end every feed is exactly right —
+// every post of the people its reader follows, once, nothing of anyone else.
+func TestReshardUnderLoad(t *testing.T) {
+	c := newCluster(t, withEnv("NEWSFEED_REDIS_WAIT_REPLICAS=1", "NEWSFEED_QUEUE_PARTITIONS=6"))
+	c.needClusterFaults()
+	ctx := context.Background()
+	rdb := c.redis().(*redis.ClusterClient)
+
+	const author = 1
+	followers := c.seedFollowers(author, 1000, 3000)
+	c.markFeedsBuilt(followers)
+	serve := c.start("serve")
+	c.start("dispatch")
+	c.start("work")
+	c.start("work")
+
+	// From the primary with the most slots to the one with the fewest, so
+	// that runs after runs keep the cluster balanced enough.
+	var from, to clusterNode
+	for _, n := range c.clusterNodes(ctx, rdb) {
+		if !n.primary || n.failed {
+			continue
+		}
+		if from.id == "" || n.slots > from.slots {
+			from = n
+		}
+		if to.id == "" || n.slots < to.slots {
+			to = n
+		}
+	}
+	require.NotEqual(t, from.id, to.id)
+	moving := 16384 / 3
+	require.GreaterOrEqual(t, from.slots, moving, "the primary with the most slots has fewer than a third")
+
+	reshard := exec.Command("redis-cli", "--cluster", "reshard", from.addr,
+		"--cluster-from", from.id, "--cluster-to", to.id, "--cluster-slots", strconv.Itoa(moving),
+		"--cluster-yes", "--cluster-pipeline", "100")
+	var reshardOut strings.Builder
+	reshard.Stdout, reshard.Stderr = &reshardOut, &reshardOut
+	require.NoError(t, reshard.Start())
+	resharded := make(chan error, 1)
+	go func() { resharded <- reshard.Wait() }()
+	started := time.Now()
+
+	// The load, paced so that redis-cli gets its share of the 2 cores and
+	// feeds stay under feed.max_len: every 50 ms a follow or an unfollow of
+	// a second author by one of 50 readers, or a feed read; a post by each
+	// author every second — until the reshard is over, and a second more.
+	const other = 2
+	var posts, otherPosts []int64
+	followsOther := map[int64]bool{}
+	r := rand.New(rand.NewPCG(1, 2))
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i, after := 0, 0; after < 20; i++ {
+		<-tick.C
+		select {
+		case err := <-resharded:
+			require.NoError(t, err, "redis-cli --cluster reshard:\n%s", reshardOut.String())
+			t.Logf("moved %d slots from %s to %s in %s, %d posts made meanwhile", moving, from.addr, to.addr,
+				time.Since(started).Round(time.Millisecond), len(posts)+len(otherPosts))
+			after = 1
+		default:
+			if after > 0 {
+				after++
+			}
+		}
+		switch {
+		case i%20 == 0:
+			posts = append(posts, serve.client(author).post("during the reshard "+strconv.Itoa(i)).ID)
+		case i%20 == 10:
+			otherPosts = append(otherPosts, serve.client(other).post("other author "+strconv.Itoa(i)).ID)
+		case i%2 == 0:
+			u := followers[r.IntN(50)]
+			if followsOther[u] {
+				status, out := serve.client(u).do("DELETE", "/v1/following/"+strconv.Itoa(other), nil)
+				require.Equal(t, 204, status, string(out))
+			} else {
+				serve.client(u).follow(other)
+			}
+			followsOther[u] = !followsOther[u]
+		default:
+			serve.client(followers[r.IntN(len(followers))]).firstPage(20)
+		}
+		require.Less(t, time.Since(started), 8*time.Minute, "the reshard did not end:\n%s", reshardOut.String())
+	}
+	require.Contains(t, reshardOut.String(), "Moving slot", "nothing moved:\n%s", reshardOut.String())
+
+	c.waitOutboxDrained(90 * time.Second)
+	c.requireEveryFeedHolds(serve, followers, followers[50:], posts, 20)
+	// Those who follow the other author at the end have all of their posts
+	// too (backfill, then pushes), those who do not have none.
+	for u, follows := range followsOther {
+		got := postIDs(serve.client(u).feed())
+		for _, id := range otherPosts {
+			require.Equal(t, follows, slices.Contains(got, id), fmt.Sprintf("reader %d (follows the other author: %v), post %d", u, follows, id))
+		}
+		require.Len(t, got, len(posts)+map[bool]int{true: len(otherPosts)}[follows], "reader %d: each post once", u)
+	}
+}
