@@ -23,12 +23,23 @@ run: services build ## build and run every role in one process (development)
 
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
 # `services` then makes sure a C compiler is installed (--cc).
+# The cluster pass runs with the replica lagging on purpose (APPLY_DELAY) and
+# every process's database.read_url on it: the guarantees hold with the lag,
+# and the read-your-writes tests, which skip without a replica, run.
 test: SERVICES_FLAGS = --tests --cc
-test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
+test: APPLY_DELAY = 2s
+test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
-	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' go test -count=1 -timeout 10m ./feed/ ./queue/ ./api/ ./e2e/
-	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_CLUSTER_FAULTS=1 go test -count=1 -timeout 10m -run '^(TestRedisPrimaryKilledMidFanout|TestReshardUnderLoad)$$' -v ./e2e/
+	@# The cluster and the replica are shared: once more, after the minutes above,
+	@# restart what a failover test killed and make sure the replica still lags.
+	scripts/cluster.sh up --apply-delay $(APPLY_DELAY)
+	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' \
+		go test -count=1 -timeout 10m ./sticky/ ./feed/ ./queue/ ./api/ ./e2e/
+	NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' go test -count=1 -timeout 5m -run 'Replayed|WritePosition' ./store/
+	@# Alone, since they kill and reshard nodes of the shared cluster.
+	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' NEWSFEED_TEST_CLUSTER_FAULTS=1 \
+		go test -count=1 -timeout 10m -run '^(TestRedisPrimaryKilledMidFanout|TestReshardUnderLoad)$$' -v ./e2e/
 	scripts/fuzz.sh $(FUZZ_TIME_CI)
 
 test-short: SERVICES_FLAGS = --tests
@@ -57,6 +68,7 @@ services: ## start (or install) PostgreSQL and Redis (and, for make test, a C co
 # (scripts/cluster.sh; `scripts/cluster.sh env` prints the URLs to use).
 .PHONY: cluster-up cluster-down
 CLUSTER_TEST_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REDIS_CLUSTER_URL='\(.*\)'$$/\1/p")
+CLUSTER_REPLICA_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REPLICA_URL='\(.*\)'$$/\1/p")
 cluster-up: ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
 	@scripts/cluster.sh up $(if $(APPLY_DELAY),--apply-delay $(APPLY_DELAY))
 

@@ -71,6 +71,11 @@ type Config struct {
 	FollowsPerMinute int
 	// Registerer receives the HTTP request histogram. Defaults to none.
 	Registerer prometheus.Registerer
+	// ReadYourWrites, when set (database.read_url names a replica), sends a
+	// caller's listings to the primary while the replica has not replayed
+	// the caller's own recent writes. nil: listings read where posts and
+	// graph read.
+	ReadYourWrites *ReadYourWrites
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
 }
@@ -81,6 +86,8 @@ type Server struct {
 	graph    Graph
 	feeds    Feeds
 	fallback *feedFallback
+	replica  Listings     // the listings of posts and graph: the replica's, with database.read_url
+	sticky   *stickyReads // nil without Config.ReadYourWrites
 	cfg      Config
 	log      *zap.Logger
 }
@@ -100,6 +107,10 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 		cfg.FallbackConcurrency = 16
 	}
 	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
+	s.replica = listings{posts, graph}
+	if cfg.ReadYourWrites != nil {
+		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Logger)
+	}
 	if cfg.Truth != nil {
 		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer, cfg.Logger)
 	}
@@ -133,6 +144,12 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	return e
 }
 
+// listings reads the listings from where posts and graph read them.
+type listings struct {
+	Posts
+	Graph
+}
+
 // page is the JSON shape of every listing.
 type page[T any] struct {
 	Items      []T     `json:"items"`
@@ -163,6 +180,7 @@ func (s *Server) createPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.wrote(c) // a repeat too: the first request may have died before it recorded
 	if !created {
 		return c.JSON(http.StatusOK, post)
 	}
@@ -192,6 +210,7 @@ func (s *Server) deletePost(c echo.Context) error {
 	if err := s.posts.DeletePost(ctx, id, userID(c)); err != nil {
 		return err
 	}
+	s.wrote(c)
 	s.cfg.OutboxWrittenFunc()
 	// Hide it from reads now; the post.deleted event also removes it from
 	// every feed, and repeats this if it fails here.
@@ -211,6 +230,7 @@ func (s *Server) follow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.wrote(c) // also when the edge was there: its own request may not have recorded
 	if created {
 		s.cfg.OutboxWrittenFunc()
 		// Show the followee's recent posts from the next read on; the
@@ -232,6 +252,7 @@ func (s *Server) unfollow(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	s.wrote(c)
 	if removed {
 		s.cfg.OutboxWrittenFunc()
 	}
@@ -251,10 +272,10 @@ func (s *Server) unfollow(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
-func (s *Server) followers(c echo.Context) error { return s.listFollows(c, s.graph.Followers) }
-func (s *Server) following(c echo.Context) error { return s.listFollows(c, s.graph.Following) }
+func (s *Server) followers(c echo.Context) error { return s.listFollows(c, Listings.Followers) }
+func (s *Server) following(c echo.Context) error { return s.listFollows(c, Listings.Following) }
 
-type listFollowsFunc func(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
+type listFollowsFunc func(l Listings, ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 
 func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
 	id, err := pathID(c, "id")
@@ -269,7 +290,7 @@ func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
 	if err != nil {
 		return err
 	}
-	follows, err := list(c.Request().Context(), id, after, limit+1)
+	follows, err := list(s.reads(c), c.Request().Context(), id, after, limit+1)
 	if err != nil {
 		return err
 	}
@@ -291,7 +312,7 @@ func (s *Server) userPosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	posts, err := s.posts.AuthorPosts(c.Request().Context(), id, before, limit+1)
+	posts, err := s.reads(c).AuthorPosts(c.Request().Context(), id, before, limit+1)
 	if err != nil {
 		return err
 	}

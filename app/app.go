@@ -30,6 +30,7 @@ import (
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 	"github.com/newsfeed/newsfeed/ratelimit"
+	"github.com/newsfeed/newsfeed/sticky"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -328,6 +329,16 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 	if cfg.Outbox.Notify {
 		outboxWritten = notifier.Notify
 	}
+	var readYourWrites *api.ReadYourWrites
+	if s.Read != s.Primary {
+		// A caller's own writes show in their listings at once: while the
+		// replica has not replayed them, their listings read the primary.
+		readYourWrites = &api.ReadYourWrites{
+			Positions:   sticky.New(s.Redis, cfg.Redis.Prefix),
+			Replication: s.Store,
+			Primary:     store.New(s.Primary, nil),
+		}
+	}
 	e := api.New(s.Store, s.Store, s.Feeds, api.Config{
 		Secret:            secret,
 		MaxChars:          cfg.Posts.MaxChars,
@@ -340,6 +351,7 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		RateLimiter:      ratelimit.New(s.Redis, cfg.Redis.Prefix),
 		PostsPerMinute:   cfg.RateLimit.PostsPerMinute,
 		FollowsPerMinute: cfg.RateLimit.FollowsPerMinute,
+		ReadYourWrites:   readYourWrites,
 		Ops:              s.opsHandler(),
 		Registerer:       s.registry,
 		Logger:           s.Log.Named("api"),

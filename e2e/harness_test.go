@@ -70,8 +70,11 @@ const secret = "e2e-secret"
 // cluster is one deployment under test: its own database, its own Redis key
 // prefix (or database), and the processes started on it.
 type cluster struct {
-	t        *testing.T
-	dbURL    string
+	t     *testing.T
+	dbURL string
+	// readURL is database.read_url of every process: the test's database on
+	// the replica of NEWSFEED_TEST_REPLICA_URL, or empty without one.
+	readURL  string
 	redisURL string
 	// onCluster: redisURL names the Redis Cluster of
 	// NEWSFEED_TEST_REDIS_CLUSTER_URL, which every process is pointed at.
@@ -114,6 +117,13 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 	}
 	for _, o := range opts {
 		o(c)
+	}
+	if testenv.ReplicaURL() != "" {
+		// Listings read the replica, which may lag on purpose (make test
+		// runs the cluster pass with recovery_min_apply_delay 2s): every
+		// guarantee must hold with it.
+		c.readURL = testenv.ReplicaDatabaseURL(t, c.dbURL)
+		c.env = append(c.env, "NEWSFEED_DATABASE_READ_URL="+c.readURL)
 	}
 	c.env = append(c.env,
 		"NEWSFEED_DATABASE_URL="+c.dbURL,

@@ -20,7 +20,9 @@
 # server's own pg_ctl as the postgres user. No replication slot: a replica that
 # stopped is made again from a fresh base backup rather than restarted.
 # --apply-delay sets recovery_min_apply_delay (e.g. 2s), to test against a
-# lagging replica; `up` without it sets the delay back to 0. The primary needs
+# lagging replica (--apply-delay 0 sets it back); `up` without it leaves the
+# delay as it is, so that restarting a killed Redis node does not take the lag
+# away from a test that runs against it (a new replica starts at 0). The primary needs
 # wal_level replica (the default) and max_wal_senders > 0 (the default 10); a
 # `host replication all 127.0.0.1/32 trust` line is appended to its pg_hba.conf
 # (and the configuration reloaded, never restarted) when replication
@@ -373,6 +375,7 @@ check_primary() {
 # set_apply_delay: recovery_min_apply_delay of the running replica as asked
 # (postgresql.conf, reloaded: no restart).
 set_apply_delay() {
+  [ -n "$apply_delay" ] || return 0 # not asked: left as it is
   local line="recovery_min_apply_delay = '$apply_delay'"
   grep -qxF "$line" "$pgdata/postgresql.conf" && return 0
   sed -i "s/^recovery_min_apply_delay = .*/$line/" "$pgdata/postgresql.conf"
@@ -407,8 +410,8 @@ make_replica() {
     echo "hot_standby = on"
     echo "hot_standby_feedback = on"
     echo "logging_collector = off"
-    echo "# scripts/cluster.sh up --apply-delay 2s sets it; up without it, 0"
-    echo "recovery_min_apply_delay = '$apply_delay'"
+    echo "# scripts/cluster.sh up --apply-delay 2s sets it; up without it leaves it"
+    echo "recovery_min_apply_delay = '${apply_delay:-0}'"
     echo "$settings" | while read -r name value; do
       [ -n "$name" ] && echo "$name = '$value'"
     done
@@ -488,7 +491,7 @@ lock() {
 
 cmd=${1:-}
 [ $# -gt 0 ] && shift
-apply_delay=0
+apply_delay= # empty: leave the replica's delay as it is (0 for a new replica)
 case $cmd in
   up)
     while [ $# -gt 0 ]; do
@@ -498,7 +501,7 @@ case $cmd in
         *) usage ;;
       esac
     done
-    [[ $apply_delay =~ ^[0-9]+(ms|s|min|h|d)?$ ]] || die "--apply-delay: $apply_delay is not a duration like 2s, 500ms or 0"
+    [[ -z $apply_delay || $apply_delay =~ ^[0-9]+(ms|s|min|h|d)?$ ]] || die "--apply-delay: $apply_delay is not a duration like 2s, 500ms or 0"
     start=$SECONDS
     mkdir -p "$state"
     chmod 0755 "$state" # the postgres user reaches the replica's directory through it

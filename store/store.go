@@ -17,7 +17,7 @@ import (
 
 // DB is the PostgreSQL store. Only the listings that users page through
 // (Followers, Following, AuthorPosts) read the read pool, a replica when
-// database.read_url names one. Everything else uses the primary, since a
+// database.read_url names one (and Replayed asks it how far it got). Everything else uses the primary, since a
 // lagging replica would lose posts from feeds: writes, the outbox, fan-out's
 // follower-id pages and chunks, the reads that rebuild a feed (Followees,
 // FolloweePosts, AuthorPostIDsSince), post lookups and counts.

@@ -3,7 +3,7 @@
 // PostgreSQL and Redis above it, the services that use them through their own
 // interfaces above those, and app, which alone wires concrete types together.
 //
-//	domain ← store, feed, queue, ratelimit (adapters)
+//	domain ← store, feed, queue, ratelimit, sticky (adapters)
 //	domain ← outbox, fanout, api (services; they import no adapter)
 //	everything ← app, bench ← main
 package architecture
@@ -28,6 +28,7 @@ var allowed = map[string][]string{
 	"internal/probe":        {},
 	"internal/replicas":     {},
 	"ratelimit":             {},
+	"sticky":                {},
 	"store":                 {"domain", "internal/backoff"},
 	"feed":                  {"domain", "internal/replicas"},
 	"queue":                 {"domain", "internal/replicas"},

@@ -338,3 +338,68 @@ func DeleteKeys(ctx context.Context, rdb redis.UniversalClient, pattern string) 
 		return fmt.Errorf("delete keys: unsupported client %T", rdb)
 	}
 }
+
+// ReplicaURL names a streaming replica of the test PostgreSQL server when
+// NEWSFEED_TEST_REPLICA_URL is set (`make cluster-up`; `eval "$(scripts/cluster.sh
+// env)"` sets it). Empty: no replica, and the tests that need one skip.
+func ReplicaURL() string { return os.Getenv("NEWSFEED_TEST_REPLICA_URL") }
+
+// SkipWithoutReplica skips a test that needs the replica of ReplicaURL.
+func SkipWithoutReplica(t testing.TB) {
+	t.Helper()
+	if ReplicaURL() == "" {
+		t.Skip("no PostgreSQL replica: set NEWSFEED_TEST_REPLICA_URL (make cluster-up APPLY_DELAY=2s; eval \"$(scripts/cluster.sh env)\"); make test does")
+	}
+}
+
+// ReplicaDatabaseURL returns the URL of the test database of dbURL (from
+// NewDatabaseURL) on the replica of ReplicaURL: the replica's host, port and
+// parameters, dbURL's database. Physical replication copies every database,
+// so the replica has it once it has replayed its creation; this waits for
+// that (the replica may lag on purpose).
+func ReplicaDatabaseURL(t testing.TB, dbURL string) string {
+	t.Helper()
+	SkipWithoutReplica(t)
+	u, err := url.Parse(dbURL)
+	if err != nil {
+		t.Fatalf("database url: %v", err)
+	}
+	name := strings.TrimPrefix(u.Path, "/")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ReplicaURL())
+	if err != nil {
+		t.Fatalf("connect to the replica at %s (`make cluster-up`): %v", ReplicaURL(), err)
+	}
+	defer conn.Close(ctx)
+	for {
+		var exists bool
+		err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", name).Scan(&exists)
+		if err != nil {
+			t.Fatalf("replica: wait for database %s: %v", name, err)
+		}
+		if exists {
+			return withDatabase(ReplicaURL(), name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ReplicaApplyDelay returns the replica's recovery_min_apply_delay: how far
+// behind the primary it stays on purpose (`make cluster-up APPLY_DELAY=2s`).
+func ReplicaApplyDelay(t testing.TB) time.Duration {
+	t.Helper()
+	SkipWithoutReplica(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, ReplicaURL())
+	if err != nil {
+		t.Fatalf("connect to the replica at %s (`make cluster-up`): %v", ReplicaURL(), err)
+	}
+	defer conn.Close(ctx)
+	var ms int64
+	if err := conn.QueryRow(ctx, "SELECT setting::bigint FROM pg_settings WHERE name = 'recovery_min_apply_delay'").Scan(&ms); err != nil {
+		t.Fatalf("replica: recovery_min_apply_delay: %v", err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
