@@ -48,14 +48,14 @@ type Config struct {
 		// Prefix is put before every key, so several installs (or tests) can
 		// share one Redis. Defaults to "nf:".
 		Prefix string `koanf:"prefix"`
-		// WaitReplicas is how many replicas of each Redis primary must have
+		// WaitReplicas is how many replicas of every Redis primary must have
 		// a fan-out's feed writes, or a ticket, before it counts as done
 		// (WAIT): 1 on a Redis Cluster with a replica per primary, so that a
 		// failover loses no delivered post. Defaults to 0: no wait.
 		WaitReplicas int `koanf:"wait_replicas"`
-		// WaitTimeout bounds that wait; fewer replicas in time fail the
-		// write, which is retried. At most maxWaitTimeout, under the Redis
-		// client's read timeout. Defaults to 1s.
+		// WaitTimeout bounds that wait; fewer replicas in time postpone the
+		// work, which is done again shortly (not counted as a failure).
+		// Defaults to 1s.
 		WaitTimeout time.Duration `koanf:"wait_timeout"`
 	} `koanf:"redis"`
 	HTTP struct {
@@ -178,10 +178,6 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop. Defaults to 15s.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
-
-// maxWaitTimeout bounds redis.wait_timeout: a WAIT runs in a pipeline, which
-// the Redis client gives its read timeout (3s) and no more.
-const maxWaitTimeout = 2 * time.Second
 
 // defaults holds every key with its default value; it is also the list of
 // known keys, used to map environment variables and reject unknown file keys.
@@ -336,9 +332,7 @@ func (c *Config) validate() error {
 	}
 	positive("database.max_conns", int(c.Database.MaxConns))
 	notNegative("redis.wait_replicas", c.Redis.WaitReplicas)
-	if c.Redis.WaitTimeout <= 0 || c.Redis.WaitTimeout > maxWaitTimeout {
-		errs = append(errs, fmt.Errorf("config key redis.wait_timeout must be a positive duration of at most %s, got %s", maxWaitTimeout, c.Redis.WaitTimeout))
-	}
+	positiveDur("redis.wait_timeout", c.Redis.WaitTimeout)
 	positive("posts.max_chars", c.Posts.MaxChars)
 	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
 	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)

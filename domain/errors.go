@@ -12,3 +12,9 @@ var (
 	// ErrSelfFollow: a user tries to follow themselves.
 	ErrSelfFollow = errors.New("cannot follow yourself")
 )
+
+// ErrUnavailable marks an error of a dependency that is not ready to take
+// the work now (Redis's replicas behind, say), as opposed to an error of the
+// work itself: background work that meets it is tried again later without
+// counting the attempt against the event.
+var ErrUnavailable = errors.New("dependency unavailable")

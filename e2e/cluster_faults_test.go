@@ -15,6 +15,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/internal/testenv"
 )
 
 // The tests of this file kill and reshard nodes of the local Redis Cluster
@@ -32,12 +34,18 @@ func (c *cluster) needClusterFaults() {
 	if os.Getenv("NEWSFEED_TEST_CLUSTER_FAULTS") == "" {
 		c.t.Skip("kills or reshards nodes of the shared cluster: NEWSFEED_TEST_CLUSTER_FAULTS=1, alone (make test does)")
 	}
-	c.t.Cleanup(func() {
-		out, err := exec.Command("../scripts/cluster.sh", "up").CombinedOutput()
-		if err != nil {
-			c.t.Errorf("restore the cluster: %v\n%s", err, out)
-		}
-	})
+	testenv.HoldReplicas(c.t)
+	c.t.Cleanup(c.restoreCluster)
+}
+
+// restoreCluster restarts the nodes that died (they rejoin as replicas) and
+// waits until every primary has a replica again.
+func (c *cluster) restoreCluster() {
+	c.t.Helper()
+	out, err := exec.Command("../scripts/cluster.sh", "up").CombinedOutput()
+	if err != nil {
+		c.t.Errorf("restore the cluster: %v\n%s", err, out)
+	}
 }
 
 // clusterNode is one line of CLUSTER NODES.
@@ -140,14 +148,20 @@ func (c *cluster) requireEveryFeedHolds(serve *proc, followers, onlyThem []int64
 
 // A Redis primary — holding feeds and partitions of the queue — is killed
 // with SIGKILL in the middle of a 20,000-follower fan-out (split into
-// chunks), while posts go on being made. Its replica takes over within
-// seconds, every role follows the new topology without a restart, and when
-// the outbox has drained every follower's feed holds every post exactly
-// once. redis.wait_replicas is 1: no write the dead primary acknowledged
-// to a worker is missing on its promoted replica.
+// chunks), while posts go on being made, in the way that loses writes to
+// asynchronous replication: its replica is stopped (SIGSTOP) and its link
+// cut for a second first, so that the primary acknowledges writes its
+// replica never gets,
+// then the primary is killed and the replica goes on, and is promoted
+// without them. With redis.wait_replicas 1 those writes never counted as
+// done (their fan-out is postponed and done again on the new primary once
+// it has a replica); every role follows the new topology without a restart,
+// and when the outbox has drained every follower's feed holds every post
+// exactly once. (With redis.wait_replicas 0 this test fails: feeds miss the
+// posts whose writes the dead primary took.)
 func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	c := newCluster(t, withEnv(
-		"NEWSFEED_REDIS_WAIT_REPLICAS=1",
+		"NEWSFEED_REDIS_WAIT_REPLICAS="+envOr("NEWSFEED_TEST_WAIT_REPLICAS", "1"),
 		"NEWSFEED_QUEUE_PARTITIONS=6",
 		"NEWSFEED_FANOUT_CONCURRENCY=16",
 		"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=1000000", // fanned out, not pulled
@@ -169,7 +183,7 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, poster.post("before the kill "+strconv.Itoa(i)).ID)
 	}
-	// Kill once the last of them is part-way through its fan-out.
+	// Strike once the last of them is part-way through its fan-out.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		n := c.feedsHolding(followers, posts[len(posts)-1])
@@ -183,9 +197,18 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	victim, err := rdb.MasterForKey(ctx, c.feedKey(followers[0]))
 	require.NoError(t, err)
 	dead := victim.Options().Addr
+	resume := testenv.StopReplicaOf(t, victim)
+	// And cut its link: what the primary writes from now on is in no
+	// socket buffer of the replica either.
+	require.NoError(t, victim.Do(ctx, "CLIENT", "KILL", "TYPE", "replica").Err())
+	for i := range 2 {
+		posts = append(posts, poster.post("with the replica stopped "+strconv.Itoa(i)).ID)
+	}
+	time.Sleep(time.Second) // writes reach the primary, not its replica
 	require.NoError(t, syscall.Kill(processID(t, dead), syscall.SIGKILL))
+	resume()
 	killed := time.Now()
-	t.Logf("killed the primary %s mid fan-out", dead)
+	t.Logf("killed the primary %s mid fan-out, its replica a second behind", dead)
 
 	// Posts go on while the replica takes over: writes need PostgreSQL alone.
 	for i := range 5 {
@@ -198,12 +221,26 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, poster.post("after the failover "+strconv.Itoa(i)).ID)
 	}
+	// The promoted primary has no replica: its shard's writes wait until the
+	// dead node is back, as a replica (an operator's restart; here the
+	// cluster script's).
+	c.restoreCluster()
+	t.Logf("the dead node is back as a replica %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 
-	// Well before outbox.redeliver_after (2m): the roles follow the new
-	// topology themselves, they do not wait for the outbox's redelivery.
+	// The roles follow the new topology themselves, well before
+	// outbox.redeliver_after (2m): postponed work is tried again within
+	// seconds (outbox MaxPostpone, 30 s, bounds the wait).
 	c.waitOutboxDrained(90 * time.Second)
 	t.Logf("the outbox drained %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 	c.requireEveryFeedHolds(serve, followers, followers, posts, 30)
+}
+
+// envOr returns the test's environment variable key, or def.
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }
 
 // A third of the slots move from one primary to another with

@@ -41,6 +41,18 @@ func (w *Worker) process(ctx context.Context, t domain.Delivery) {
 		w.metrics.tickets.WithLabelValues(t.Type, "done").Inc()
 	case errors.As(err, new(*permanentError)):
 		w.bury(ctx, log, t, err.Error())
+	case errors.Is(err, domain.ErrUnavailable):
+		// Not the event's failure: tried again soon, not counted.
+		w.metrics.tickets.WithLabelValues(t.Type, "postponed").Inc()
+		retryIn := w.cfg.Backoff.Postpone(t.Attempt)
+		if perr := w.outbox.Postpone(ctx, t.ID, retryIn, err.Error()); perr != nil {
+			log.Warn("fan-out postponed and cannot be rescheduled; the ticket will be redelivered",
+				zap.Error(err), zap.NamedError("outbox_error", perr))
+			return
+		}
+		log.Warn("fan-out postponed: a dependency is not ready; the dispatcher will publish it again",
+			zap.Error(err), zap.Duration("retry_in", retryIn))
+		w.ack(ctx, log, t)
 	default:
 		w.metrics.tickets.WithLabelValues(t.Type, "failed").Inc()
 		dead, ferr := w.outbox.Fail(ctx, t.ID, w.cfg.MaxAttempts, w.cfg.Backoff.Delay(t.Failures+1), err.Error())

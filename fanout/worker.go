@@ -89,6 +89,9 @@ type Outbox interface {
 	FinishChunk(ctx context.Context, id int64) (parentDone bool, latency time.Duration, err error)
 	// Fail schedules a retry after retryIn, or parks the event dead after maxAttempts.
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
+	// Postpone schedules a retry after retryIn without counting a failure:
+	// a dependency was not ready for the work (domain.ErrUnavailable).
+	Postpone(ctx context.Context, id int64, retryIn time.Duration, cause string) error
 	// Bury parks the event dead at once.
 	Bury(ctx context.Context, id int64, cause string) error
 	// Extend postpones redelivery of an event whose fan-out is still running.

@@ -695,6 +695,44 @@ RETURNING id`).Scan(&notJSON))
 		b.requireQueueEmpty(t)
 	})
 
+	t.Run("UnavailableDependencyPostponesWithoutCountingAFailure", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, fanout.Config{}, feed.Config{})
+		const author, follower = int64(1), int64(2)
+		b.follow(t, author, []int64{follower})
+		b.buildFeeds(t, []int64{follower})
+		var refusals atomic.Int64
+		refusals.Store(3)
+		feeds := &hookedFeeds{Feeds: b.feeds, beforePush: func(context.Context) error {
+			if refusals.Add(-1) >= 0 {
+				return fmt.Errorf("replicas behind: %w", domain.ErrUnavailable)
+			}
+			return nil
+		}}
+		// One counted failure would make the event dead at once.
+		run(t, b.newWorker(t, feeds, fanout.Config{MaxAttempts: 1}))
+		postID := b.post(t, author)
+		for round := 1; round <= 3; round++ {
+			b.dispatch(t)
+			eventually(t, func(c *assert.CollectT) {
+				require.EqualValues(c, round, b.tickets(c, domain.PostCreated, "postponed"))
+				require.Zero(c, b.pending(c))
+			})
+			r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+			require.Equal(t, "pending", r.Status, "round %d: postponed, not dead", round)
+			require.Equal(t, 0, b.failuresOf(t, r.ID), "round %d: not counted", round)
+			require.Contains(t, *r.LastError, "replicas behind")
+			require.Positive(t, r.DueIn, "round %d", round)
+			require.LessOrEqual(t, r.DueIn, backoff.MaxPostpone, "round %d", round)
+			_, err := b.pool.Exec(t.Context(), `UPDATE outbox SET due_at = now() WHERE id = $1`, r.ID)
+			require.NoError(t, err)
+		}
+		b.deliver(t)
+		require.Equal(t, "done", b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID)).Status)
+		require.Equal(t, []int64{postID}, b.feedPosts(t, follower))
+		require.Empty(t, b.deadTickets(t))
+	})
+
 	t.Run("FailureOfTheLastAttemptIsDead", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t, fanout.Config{}, feed.Config{})
@@ -1165,4 +1203,11 @@ func TestShutdown(t *testing.T) {
 		}
 		b.requireQueueEmpty(t)
 	})
+}
+
+func (b *testBundle) failuresOf(t *testing.T, id int64) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT failures FROM outbox WHERE id = $1", id).Scan(&n))
+	return n
 }

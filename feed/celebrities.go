@@ -37,13 +37,14 @@ func (f *Feeds) IsCelebrity(followers int64) bool {
 // author to the pulled authors, so that every read from then on merges the
 // timeline.
 func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error {
-	if err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err(); err != nil {
-		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
+	since := f.replicas.Begin(ctx)
+	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
+	if err == nil {
+		_, err = f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
 	}
-	if err := f.replicas.Wait(ctx, f.keys.pulled()); err != nil {
-		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
 	}
-	_, err := f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
 	if err != nil {
 		return fmt.Errorf("add post %d to timeline %d: %w", postID, authorID, err)
 	}
@@ -52,7 +53,12 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
-	if _, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, 1, postID); err != nil {
+	since := f.replicas.Begin(ctx)
+	_, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, 1, postID)
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
+	}
+	if err != nil {
 		return fmt.Errorf("remove post %d from timeline %d: %w", postID, authorID, err)
 	}
 	return nil

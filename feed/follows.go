@@ -18,17 +18,29 @@ import (
 // posts are read, so that a post of the followee committed after the read
 // is pushed, not refused. It returns how many posts were new.
 func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
+	since := f.replicas.Begin(ctx)
+	n, err := f.followed(ctx, follower, followee)
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
+	}
+	if err != nil {
+		return n, fmt.Errorf("backfill feed %d: %w", follower, err)
+	}
+	return n, nil
+}
+
+func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, error) {
 	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
 	there, err := followScript.Run(ctx, f.rdb, keys, followee, f.ttlSeconds()).Int()
 	if err != nil {
-		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
+		return 0, err
 	}
 	if there == 0 {
-		return 0, nil // no feed: the next read rebuilds it with the follow
+		return 0, nil // no feed (any more): the next read rebuilds it with the follow
 	}
 	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, max(f.cfg.Backfill, 1))
 	if err != nil {
-		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
+		return 0, err
 	}
 	var floor int64
 	switch {
@@ -41,14 +53,7 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 		floor = ids[len(ids)-1]
 	}
 	args := append([]any{f.cfg.MaxLen, floor, followee}, int64sToArgs(ids)...)
-	n, err := mergeScript.Run(ctx, f.rdb, keys, args...).Int()
-	if err == nil {
-		err = f.replicas.Wait(ctx, keys...)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("backfill feed %d: %w", follower, err)
-	}
-	return n, nil
+	return mergeScript.Run(ctx, f.rdb, keys, args...).Int()
 }
 
 // Unfollowed records in Redis that follower no longer follows followee and
@@ -61,18 +66,30 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 // ids may not cover it, it looks again; a feed that keeps changing is
 // dropped, to be rebuilt by the next read.
 func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
+	since := f.replicas.Begin(ctx)
+	err := f.unfollowed(ctx, follower, followee)
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
+	}
+	if err != nil {
+		return fmt.Errorf("unfill feed %d: %w", follower, err)
+	}
+	return nil
+}
+
+func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error {
 	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
 	for range 3 {
 		seen, since, err := f.lowestEntry(ctx, keys[0])
 		if err != nil {
-			return fmt.Errorf("unfill feed %d: %w", follower, err)
+			return err
 		}
 		var ids []int64
 		if seen != "-" {
 			for before := int64(math.MaxInt64); ; {
 				page, err := f.store.AuthorPostIDsBetween(ctx, followee, since, before, unfollowPage)
 				if err != nil {
-					return fmt.Errorf("unfill feed %d: %w", follower, err)
+					return err
 				}
 				ids = append(ids, page...)
 				if len(page) < unfollowPage {
@@ -84,16 +101,13 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 		args := append([]any{followee, f.ttlSeconds(), seen}, int64sToArgs(ids)...)
 		n, err := unfollowScript.Run(ctx, f.rdb, keys, args...).Int()
 		if err != nil {
-			return fmt.Errorf("unfill feed %d: %w", follower, err)
+			return err
 		}
 		if n >= 0 {
-			if err := f.replicas.Wait(ctx, keys...); err != nil {
-				return fmt.Errorf("unfill feed %d: %w", follower, err)
-			}
 			return nil
 		}
 	}
-	return f.Drop(ctx, follower)
+	return f.drop(ctx, follower)
 }
 
 // lowestEntry tells from which id a followee's posts in a feed may start —

@@ -16,7 +16,11 @@ func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []in
 	for _, u := range followers {
 		keys = append(keys, f.keys.feed(u), f.keys.following(u))
 	}
+	since := f.replicas.Begin(ctx)
 	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID, f.buildTTLSeconds())
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
+	}
 	if err != nil {
 		return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
 	}
@@ -32,7 +36,12 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 	for i, u := range users {
 		keys[i] = f.keys.feed(u)
 	}
-	if _, err := f.runOverKeys(ctx, removeScript, keys, 1, int64sToArgs(postIDs)...); err != nil {
+	since := f.replicas.Begin(ctx)
+	_, err := f.runOverKeys(ctx, removeScript, keys, 1, int64sToArgs(postIDs)...)
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
+	}
+	if err != nil {
 		return fmt.Errorf("remove posts from feeds: %w", err)
 	}
 	return nil
@@ -41,11 +50,12 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 // ForgetPost marks a deleted post in the post cache, so that no read shows it
 // even while feeds still list it.
 func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
-	key := f.keys.post(postID)
-	if err := f.rdb.Set(ctx, key, tombstone, f.cfg.PostTTL).Err(); err != nil {
-		return fmt.Errorf("forget post %d: %w", postID, err)
+	since := f.replicas.Begin(ctx)
+	err := f.rdb.Set(ctx, f.keys.post(postID), tombstone, f.cfg.PostTTL).Err()
+	if err == nil {
+		err = f.replicas.Wait(ctx, since)
 	}
-	if err := f.replicas.Wait(ctx, key); err != nil {
+	if err != nil {
 		return fmt.Errorf("forget post %d: %w", postID, err)
 	}
 	return nil
@@ -54,14 +64,19 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 // Drop deletes a user's feed, following hash and cached celebrity list; the
 // next read rebuilds them from PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
-	err := f.rdb.Del(ctx, f.keys.feed(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
+	since := f.replicas.Begin(ctx)
+	err := f.drop(ctx, userID)
 	if err == nil {
-		err = f.replicas.Wait(ctx, f.keys.feed(userID))
+		err = f.replicas.Wait(ctx, since)
 	}
 	if err != nil {
 		return fmt.Errorf("drop feed %d: %w", userID, err)
 	}
 	return nil
+}
+
+func (f *Feeds) drop(ctx context.Context, userID int64) error {
+	return f.rdb.Del(ctx, f.keys.feed(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
 }
 
 // runOverKeys runs a script that changes many sets alike, whose KEYS come
@@ -70,8 +85,8 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 // Cluster (a script may only touch keys of one slot, and the keys of a group
 // share one), in pipelines of at most maxPipeline calls. It returns the sum
 // of the results of the calls that ran — also when some failed, so that what
-// they wrote is counted once even though the caller will try again. With
-// WaitReplicas, it returns only once the replicas have it all (or fails).
+// they wrote is counted once even though the caller will try again. (The
+// callers wait for the replicas, with WaitReplicas.)
 func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, keysPer int, args ...any) (int, error) {
 	per := maxScriptKeys * keysPer
 	if f.cfg.Cluster {
@@ -94,7 +109,7 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 			return total, err
 		}
 	}
-	return total, f.replicas.Wait(ctx, keys...)
+	return total, nil
 }
 
 // runScripts sends n calls of s in one pipeline, the i-th on keysOf(i), by

@@ -12,33 +12,61 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/replicas"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
 
-// A primary that lists no replica has none that a failover could promote:
-// writes to it do not wait (a shard whose replica took over from its dead
-// primary goes on taking fan-out), though WaitReplicas asks for one. They
-// still write the replication marker, so the wait did run.
-func TestWritesDoNotWaitOnAPrimaryWithoutReplicas(t *testing.T) {
+// With redis.wait_replicas, a write that no replica has is not done: on a
+// Redis without replicas every feed write a worker makes fails after the
+// timeout with an error that is domain.ErrUnavailable (tried again, not
+// counted against the event), and is on the primary all the same, so the
+// retry finds it there. Without the wait each would succeed, and a failover
+// could take it away after its event was finished.
+func TestWritesWaitForReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, feed.Config{WaitReplicas: 1, WaitTimeout: 2 * time.Second})
+	b := setup(t, feed.Config{WaitReplicas: 1, WaitTimeout: 50 * time.Millisecond})
 	if n, _ := connectedReplicas(ctx, b.rdb); n > 0 {
 		t.Skipf("the test Redis has %d replicas; this test needs one without", n)
 	}
-	const author, reader = 1, 2
+	const author, reader, stranger = 1, 2, 3
 	b.follow(t, reader, author)
 	require.NoError(t, b.feeds.SeedEmpty(ctx, map[int64][]int64{reader: {author}}))
 	post := b.post(t, author)
+
+	unavailable := func(what string, err error) {
+		t.Helper()
+		var re *replicas.Error
+		require.True(t, errors.As(err, &re), "%s: want a replicas.Error, got %v", what, err)
+		require.ErrorIs(t, err, domain.ErrUnavailable, what)
+		require.Equal(t, int64(0), re.Acked, what)
+		require.Equal(t, 1, re.Want, what)
+	}
 	n, err := b.feeds.Push(ctx, author, post, []int64{reader})
+	unavailable("push", err)
+	require.Equal(t, 1, n, "the entry is written and counted; only its durability is in doubt")
+	_, err = b.rdb.ZScore(ctx, b.feedKey(reader), strconv.FormatInt(post, 10)).Result()
+	require.NoError(t, err, "the entry is on the primary")
+
+	unavailable("remove", b.feeds.Remove(ctx, []int64{reader}, []int64{post}))
+	unavailable("forget", b.feeds.ForgetPost(ctx, post))
+	_, err = b.feeds.Followed(ctx, reader, 4)
+	unavailable("follow", err)
+	_, err = b.feeds.Followed(ctx, stranger, 4) // no feed: the script deletes, which must reach a replica too
+	unavailable("follow without a feed", err)
+	unavailable("unfollow", b.feeds.Unfollowed(ctx, reader, 4))
+	unavailable("timeline add", b.feeds.AddToTimeline(ctx, author, post))
+	unavailable("timeline remove", b.feeds.RemoveFromTimeline(ctx, author, post))
+	unavailable("drop", b.feeds.Drop(ctx, reader))
+
+	// Zero replicas asked for: nothing waits.
+	plain := feed.New(b.rdb, b.db, feed.Config{Prefix: b.prefix})
+	require.NoError(t, plain.SeedEmpty(ctx, map[int64][]int64{reader: {author}}))
+	_, err = plain.Push(ctx, author, post, []int64{reader})
 	require.NoError(t, err)
-	require.Equal(t, 1, n)
-	markers, err := b.rdb.Keys(ctx, b.prefix+"replicated:*").Result()
-	require.NoError(t, err)
-	require.NotEmpty(t, markers, "the wait ran")
 }
 
 // On the Redis Cluster, a push waits for the replica of every primary it
@@ -75,17 +103,18 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 
 	start := time.Now()
 	_, err = f.Push(ctx, author, 12, followers)
-	var se *replicas.ShortError
-	require.True(t, errors.As(err, &se), "want a ShortError, got %v", err)
-	require.Equal(t, primary.Options().Addr, se.Node)
+	var re *replicas.Error
+	require.True(t, errors.As(err, &re), "want a replicas.Error, got %v", err)
+	require.Equal(t, primary.Options().Addr, re.Node)
 	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond, "it waited for the replica")
 
 	// Every other write a worker makes to a feed of that shard waits too.
 	u := followers[0]
 	short := func(what string, err error) {
 		t.Helper()
-		var se *replicas.ShortError
-		require.True(t, errors.As(err, &se), "%s: want a ShortError, got %v", what, err)
+		var re *replicas.Error
+		require.True(t, errors.As(err, &re), "%s: want a replicas.Error, got %v", what, err)
+		require.Equal(t, primary.Options().Addr, re.Node, what)
 	}
 	short("remove", f.Remove(ctx, []int64{u}, []int64{11}))
 	_, err = f.Followed(ctx, u, 3)

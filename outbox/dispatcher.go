@@ -29,6 +29,9 @@ type Store interface {
 	// Fail records a failed attempt and reports whether the row is now dead
 	// (its maxAttempts-th failure).
 	Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.Duration, cause string) (dead bool, err error)
+	// Postpone makes the row due again after retryIn without counting a
+	// failure (a dependency was not ready: domain.ErrUnavailable).
+	Postpone(ctx context.Context, id int64, retryIn time.Duration, cause string) error
 }
 
 // Publisher puts events in the queue.
@@ -250,7 +253,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 			continue
 		}
 		d.metrics.failed.Inc()
-		if ferr := d.fail(ctx, e, fmt.Sprintf("publish: %v", errs[i])); ferr != nil {
+		if ferr := d.fail(ctx, e, fmt.Sprintf("publish: %v", errs[i]), errs[i]); ferr != nil {
 			failures = append(failures, ferr) // the lease runs out and another claim retries it
 		}
 		failures = append(failures, fmt.Errorf("publish outbox row %d: %w", e.ID, errs[i]))
@@ -304,7 +307,10 @@ func (d *Dispatcher) stillQueued(ctx context.Context, events []domain.Event) (re
 	return rest, ids, tickets
 }
 
-func (d *Dispatcher) fail(ctx context.Context, e domain.Event, cause string) error {
+func (d *Dispatcher) fail(ctx context.Context, e domain.Event, cause string, err error) error {
+	if errors.Is(err, domain.ErrUnavailable) {
+		return d.store.Postpone(ctx, e.ID, d.cfg.Backoff.Postpone(e.Attempt), cause)
+	}
 	dead, err := d.store.Fail(ctx, e.ID, d.cfg.MaxAttempts, d.cfg.Backoff.Delay(e.Failures+1), cause)
 	if dead {
 		d.metrics.dead.Inc()

@@ -220,6 +220,7 @@ var errRefused = errors.New("queue refused the ticket")
 type failingPublisher struct {
 	next   outbox.Publisher
 	refuse func(domain.Event) bool
+	err    error // what a refused event gets; errRefused if nil
 }
 
 func (p *failingPublisher) Holds(ctx context.Context, tickets []string) ([]bool, error) {
@@ -234,6 +235,9 @@ func (p *failingPublisher) Publish(ctx context.Context, events []domain.Event) (
 	for i, e := range events {
 		if p.refuse(e) {
 			errs[i] = errRefused
+			if p.err != nil {
+				errs[i] = p.err
+			}
 			continue
 		}
 		pass = append(pass, e)
@@ -373,6 +377,39 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		n, err = d.DispatchOnce(t.Context())
 		require.NoError(t, err)
 		require.Zero(t, n)
+	})
+
+	t.Run("UnavailableQueueIsPostponedNeverDead", func(t *testing.T) {
+		t.Parallel()
+		b := newBundle(t)
+		id := b.insertEvents(t, 1)[0]
+		var refusals int
+		pub := &failingPublisher{next: b.queue, refuse: func(domain.Event) bool { refusals++; return refusals <= 5 }}
+		pub.err = fmt.Errorf("replicas behind: %w", domain.ErrUnavailable)
+		d := b.dispatcher(t, pub, outbox.Config{
+			RedeliverAfter: time.Hour,
+			MaxAttempts:    3, // five counted failures would make it dead
+			Backoff:        backoff.Schedule{Base: time.Millisecond, Max: time.Millisecond},
+		})
+		for claim := 1; claim <= 5; claim++ {
+			eventually(t, func(c *assert.CollectT) {
+				n, err := d.DispatchOnce(context.Background())
+				require.Equal(c, 1, n)
+				require.ErrorIs(c, err, domain.ErrUnavailable)
+			}, "claim %d", claim)
+			r := b.row(t, id)
+			require.Equal(t, "pending", r.Status, "after claim %d", claim)
+			require.Contains(t, *r.LastError, "replicas behind")
+		}
+		var failures int
+		require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT failures FROM outbox WHERE id = $1", id).Scan(&failures))
+		require.Zero(t, failures, "a queue not ready is not the event's failure")
+		require.Zero(t, counter(t, b.reg, "newsfeed_outbox_dead_total"))
+		eventually(t, func(c *assert.CollectT) {
+			_, err := d.DispatchOnce(context.Background())
+			require.NoError(c, err)
+			require.Equal(c, "published", b.row(t, id).Status)
+		})
 	})
 
 	t.Run("DeadAfterMaxAttempts", func(t *testing.T) {

@@ -173,6 +173,7 @@ func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, [
 	parts := make([]int, len(events))
 	cmds := make([]*redis.StringCmd, len(events))
 	_, cluster := q.rdb.(*redis.ClusterClient)
+	since := q.replicas.Begin(ctx)
 	var registered *redis.IntCmd
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range events {
@@ -216,17 +217,20 @@ func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, [
 			}
 		}
 	}
-	// The same for a ticket that a failover could still lose.
-	if q.replicas != nil {
-		keys := []string{q.RegistryKey()}
-		for _, part := range written {
-			keys = append(keys, q.Key(part))
-		}
-		if werr := q.replicas.Wait(ctx, keys...); werr != nil {
-			for i := range events {
-				if errs[i] == nil {
-					ids[i], errs[i] = "", werr
-				}
+	// The same for a ticket that a failover could still lose: one whose
+	// partition's primary, or the registry's, has not had it replicated.
+	if failed := q.replicas.WaitEach(ctx, since); len(failed) > 0 {
+		registry := q.replicas.Failed(ctx, failed, q.RegistryKey())
+		for i := range events {
+			if errs[i] != nil {
+				continue
+			}
+			werr := q.replicas.Failed(ctx, failed, q.Key(parts[i]))
+			if werr == nil && parts[i] != 0 {
+				werr = registry
+			}
+			if werr != nil {
+				ids[i], errs[i] = "", werr
 			}
 		}
 	}

@@ -79,7 +79,7 @@ usage() {
 
 # ---------------------------------------------------------------- Redis ----
 
-rcli() { local p=$1; shift; redis-cli -h 127.0.0.1 -p "$p" "$@" 2>/dev/null | tr -d '\r'; }
+rcli() { local p=$1; shift; timeout 5 redis-cli -h 127.0.0.1 -p "$p" "$@" 2>/dev/null | tr -d '\r'; }  # a stopped node must not hang us
 node_answers() { [ "$(rcli "$1" ping)" = PONG ]; }
 # cinfo PORT FIELD: one field of CLUSTER INFO.
 cinfo() { rcli "$1" cluster info | awk -F: -v k="$2" '$1 == k { print $2 }'; }

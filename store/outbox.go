@@ -128,6 +128,21 @@ RETURNING status`, id, maxAttempts, retryIn, cause).Scan(&status)
 	return status == "dead", nil
 }
 
+// Postpone makes a claimed or published row pending again after retryIn,
+// without counting a failure: the work did not fail, a dependency was not
+// ready for it (redis.wait_replicas: a replica behind). cause is kept as
+// the row's last error. A row that is finished, dead or split is left alone.
+func (db *DB) Postpone(ctx context.Context, id int64, retryIn time.Duration, cause string) error {
+	_, err := db.primary.Exec(ctx, `
+UPDATE outbox
+SET status = 'pending', due_at = now() + $2::interval, ticket = NULL, last_error = left($3, 2000)
+WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_left IS NULL`, id, retryIn, cause)
+	if err != nil {
+		return fmt.Errorf("postpone outbox row %d: %w", id, err)
+	}
+	return nil
+}
+
 // Bury parks the row as dead at once, whatever its attempts.
 func (db *DB) Bury(ctx context.Context, id int64, cause string) error {
 	_, err := db.primary.Exec(ctx, `

@@ -26,7 +26,7 @@ var allowed = map[string][]string{
 	"domain":                {},
 	"internal/backoff":      {},
 	"internal/probe":        {},
-	"internal/replicas":     {},
+	"internal/replicas":     {"domain"},
 	"ratelimit":             {},
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff"},

@@ -66,3 +66,14 @@ func Sleep(ctx context.Context, d time.Duration) bool {
 		return true
 	}
 }
+
+// MaxPostpone bounds how long work that a dependency was not ready for
+// (domain.ErrUnavailable: not a failure of the work) waits to be tried again.
+const MaxPostpone = 30 * time.Second
+
+// Postpone is how long such work waits on its attempt-th try: the failure
+// delay of that attempt, at most MaxPostpone — the dependency is expected
+// back soon, and the work is not counted against its attempts.
+func (s Schedule) Postpone(attempt int) time.Duration {
+	return min(s.Delay(max(attempt, 1)), MaxPostpone)
+}

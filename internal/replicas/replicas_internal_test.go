@@ -1,32 +1,64 @@
 package replicas
 
-import "testing"
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
 
-func TestHashTag(t *testing.T) {
-	for key, want := range map[string]string{
-		"nf:feed:{42}":      "42",
-		"nf:tickets:{3}":    "3",
-		"nf:tickets":        "nf:tickets", // no tag: the whole key
-		"nf:{}:x":           "nf:{}:x",    // an empty tag hashes the whole key
-		"a{b}c{d}":          "b",          // the first tag
-		"nf:{unclosed":      "nf:{unclosed",
-		"nf:rate:posts:{7}": "7",
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+)
+
+func TestErrorIsUnavailable(t *testing.T) {
+	cause := errors.New("connection refused")
+	for _, err := range []error{
+		&Error{Node: "a:1", Acked: 0, Want: 1},
+		&Error{Node: "a:1", Reason: "wait for replicas", Err: cause},
+		&Error{Reason: "the primaries changed"},
 	} {
-		if got := hashTag(key); got != want {
-			t.Errorf("hashTag(%q) = %q, want %q", key, got, want)
+		if !errors.Is(err, domain.ErrUnavailable) {
+			t.Errorf("%v is not domain.ErrUnavailable", err)
 		}
+	}
+	if err := (&Error{Node: "a:1", Reason: "x", Err: cause}); !errors.Is(err, cause) {
+		t.Errorf("%v does not wrap its cause", err)
 	}
 }
 
-func TestListedReplicas(t *testing.T) {
-	info := "# Replication\r\nrole:master\r\nconnected_slaves:2\r\n" +
-		"slave0:ip=127.0.0.1,port=7004,state=online,offset=1,lag=0\r\n" +
-		"slave1:ip=127.0.0.1,port=7005,state=wait_bgsave,offset=0,lag=0\r\n" +
-		"master_failover_state:no-failover\r\nslave_read_repl_offset:1\r\n"
-	if n := listedReplicas(info); n != 2 {
-		t.Errorf("listedReplicas = %d, want 2 (a syncing replica counts)", n)
+// A Wait whose primaries are not those its Begin saw fails: a write that
+// a replaced primary took may be missing on its successor.
+func TestWaitFailsWhenThePrimariesChanged(t *testing.T) {
+	if testenv.RedisClusterURL() == "" {
+		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
 	}
-	if n := listedReplicas("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"); n != 0 {
-		t.Errorf("listedReplicas = %d, want 0", n)
+	testenv.HoldReplicas(t)
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	w := New(rdb, prefix, 1, time.Second)
+	ctx := context.Background()
+	since := w.Begin(ctx)
+	if len(since.primaries) != 3 {
+		t.Fatalf("Begin saw %v, want the 3 primaries", since.primaries)
+	}
+	if err := w.Wait(ctx, since); err != nil {
+		t.Fatalf("nothing changed: %v", err)
+	}
+	before := Topology{primaries: append([]string{"127.0.0.1:1"}, since.primaries[1:]...)} // as if one was replaced
+	err := w.Wait(ctx, before)
+	var re *Error
+	if !errors.As(err, &re) || re.Node != "" {
+		t.Fatalf("want a topology error, got %v", err)
+	}
+
+	// Every primary got a marker in a slot of its own.
+	cc := rdb.(*redis.ClusterClient)
+	for addr, n := range w.tags {
+		node, err := cc.MasterForKey(ctx, "{"+strconv.Itoa(n)+"}")
+		if err != nil || node.Options().Addr != addr {
+			t.Errorf("tag %d of %s is on %v (%v)", n, addr, node, err)
+		}
 	}
 }

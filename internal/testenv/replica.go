@@ -3,6 +3,7 @@ package testenv
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,6 +35,14 @@ func HoldReplicas(t testing.TB) {
 func StopReplicaOf(t testing.TB, primary *redis.Client) (resume func()) {
 	t.Helper()
 	pid := replicaPID(t, primary)
+	// Should this test binary die before its cleanup (a -timeout, a kill),
+	// a process of its own lets the replica go on: a stopped node would
+	// hold the shared cluster and every later run.
+	guard := exec.Command("sh", "-c", "sleep "+strconv.Itoa(replicaStopLimit)+"; kill -CONT "+strconv.Itoa(pid)) //nolint:gosec // two integers of ours
+	guard.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := guard.Start(); err != nil {
+		t.Fatalf("start the replica's guard: %v", err)
+	}
 	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
 		t.Fatalf("stop the replica (pid %d): %v", pid, err)
 	}
@@ -43,6 +52,8 @@ func StopReplicaOf(t testing.TB, primary *redis.Client) (resume func()) {
 			return
 		}
 		done = true
+		_ = guard.Process.Kill() // its sleep goes on, but nothing after it runs
+		_, _ = guard.Process.Wait()
 		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
 			t.Errorf("resume the replica (pid %d): %v", pid, err)
 		}
@@ -50,6 +61,9 @@ func StopReplicaOf(t testing.TB, primary *redis.Client) (resume func()) {
 	t.Cleanup(resume)
 	return resume
 }
+
+// replicaStopLimit is how many seconds a replica stays stopped at most.
+const replicaStopLimit = 20
 
 // replicaPID returns the process id of primary's first replica.
 func replicaPID(t testing.TB, primary *redis.Client) int {
