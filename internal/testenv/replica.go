@@ -38,7 +38,7 @@ func StopReplicaOf(t testing.TB, primary *redis.Client) (resume func()) {
 	// Should this test binary die before its cleanup (a -timeout, a kill),
 	// a process of its own lets the replica go on: a stopped node would
 	// hold the shared cluster and every later run.
-	guard := exec.Command("sh", "-c", "sleep "+strconv.Itoa(replicaStopLimit)+"; kill -CONT "+strconv.Itoa(pid)) //nolint:gosec // two integers of ours
+	guard := exec.CommandContext(context.Background(), "sh", "-c", "sleep "+strconv.Itoa(replicaStopLimit)+"; kill -CONT "+strconv.Itoa(pid)) //nolint:gosec // two integers of ours; never cancelled: it must outlive the test
 	guard.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := guard.Start(); err != nil {
 		t.Fatalf("start the replica's guard: %v", err)
