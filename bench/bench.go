@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -93,8 +94,6 @@ type runner struct {
 	// redisLabel names the Redis the stages run on ("single", "cluster,
 	// 3 primaries"), and nameSuffix follows their names on a cluster.
 	redisLabel, nameSuffix string
-	// postmaster is the pid of the PostgreSQL server (0: not on this machine).
-	postmaster int
 }
 
 func (r *runner) feedKey(user int64) string {
@@ -129,6 +128,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 	}
 	return r.report, r.stages(ctx, []stage{
 		{"post creation", r.postCreation},
+		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
@@ -153,7 +153,11 @@ func RunOnCluster(ctx context.Context, h Harness, opts Options, progress io.Writ
 	for i := range users {
 		users[i] = int64(FollowerBase + i)
 	}
-	fmt.Fprintf(r.progress, "on the Redis Cluster (%s): building the fan-out stage's feeds\n", r.redisLabel)
+	if report.ClusterSlots, err = clusterSlots(ctx, h.Redis); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.progress, "on the Redis Cluster (%s; slots per primary: %s): building the fan-out stage's feeds\n",
+		r.redisLabel, report.ClusterSlots)
 	if err := r.seedFeeds(ctx, users); err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func newRunner(ctx context.Context, h Harness, opts Options, progress io.Writer,
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
 			MaxIdleConns: 4 * opts.Concurrency, MaxIdleConnsPerHost: 4 * opts.Concurrency,
 		}},
-		report: report, redisLabel: "single", postmaster: postmasterPid(ctx, h.Pool),
+		report: report, redisLabel: "single",
 	}
 	if _, ok := h.Redis.(*redis.ClusterClient); ok {
 		nodes, err := primaries(ctx, h.Redis)
@@ -180,6 +184,43 @@ func newRunner(ctx context.Context, h Harness, opts Options, progress io.Writer,
 		r.redisLabel = fmt.Sprintf("cluster, %d primaries", len(nodes))
 	}
 	return r, nil
+}
+
+// clusterSlots says how many hash slots each primary holds now.
+func clusterSlots(ctx context.Context, rdb redis.UniversalClient) (SlotCounts, error) {
+	slots, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	counts := map[string]int{}
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			counts[s.Nodes[0].Addr] += s.End - s.Start + 1
+		}
+	}
+	out := make(SlotCounts, 0, len(counts))
+	for a, n := range counts {
+		out = append(out, PrimarySlots{Addr: a, Slots: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out, nil
+}
+
+// PrimarySlots is how many of the 16,384 hash slots a primary holds.
+type PrimarySlots struct {
+	Addr  string `json:"addr"`
+	Slots int    `json:"slots"`
+}
+
+// SlotCounts is the slots of every primary of a cluster.
+type SlotCounts []PrimarySlots
+
+func (s SlotCounts) String() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = fmt.Sprintf("%s %d", p.Addr, p.Slots)
+	}
+	return strings.Join(parts, ", ")
 }
 
 type stage struct {

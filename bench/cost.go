@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 )
@@ -53,13 +53,45 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client,
 	}
 }
 
-// redisSnapshot reads the counters of every primary.
+// replicas are a cluster's replicas, discovered now (none for one server:
+// the bench does not look for the replicas of a single Redis).
+func replicas(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client, error) {
+	c, ok := rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil, nil
+	}
+	var mu sync.Mutex
+	var out []*redis.Client
+	err := c.ForEachSlave(ctx, func(_ context.Context, n *redis.Client) error {
+		mu.Lock()
+		defer mu.Unlock()
+		out = append(out, n)
+		return nil
+	})
+	return out, err
+}
+
+// redisSnapshot reads the counters of every primary, and of every replica
+// (under "replica " + address).
 func redisSnapshot(ctx context.Context, rdb redis.UniversalClient) (map[string]redisCounters, error) {
 	nodes, err := primaries(ctx, rdb)
 	if err != nil {
 		return nil, fmt.Errorf("redis primaries: %w", err)
 	}
-	out := make(map[string]redisCounters, len(nodes))
+	reps, err := replicas(ctx, rdb)
+	if err != nil {
+		return nil, fmt.Errorf("redis replicas: %w", err)
+	}
+	out := make(map[string]redisCounters, len(nodes)+len(reps))
+	for _, n := range reps {
+		info, err := n.Info(ctx, "server", "cpu").Result()
+		if err != nil {
+			continue // a replica that does not answer costs nothing we could count
+		}
+		c := parseInfo(info)
+		c.addr = replicaKey + n.Options().Addr
+		out[c.addr] = c
+	}
 	for _, n := range nodes {
 		info, err := n.Info(ctx, "server", "cpu", "commandstats").Result()
 		if err != nil {
@@ -71,6 +103,8 @@ func redisSnapshot(ctx context.Context, rdb redis.UniversalClient) (map[string]r
 	}
 	return out, nil
 }
+
+const replicaKey = "replica "
 
 // parseInfo reads run_id, used_cpu_sys, used_cpu_user and the
 // commandstats lines ("cmdstat_zadd:calls=2020000,usec=5547891,…").
@@ -127,6 +161,9 @@ type RedisCost struct {
 	// CPUPerUnit adds up the primaries'.
 	CPUPerUnit float64     `json:"cpu_us_per_unit"`
 	Shards     []ShardCost `json:"shards"`
+	// ReplicaCPUPerUnit adds up the CPU of a cluster's replicas (applying
+	// what their primaries send them), in µs per unit.
+	ReplicaCPUPerUnit float64 `json:"replica_cpu_us_per_unit,omitempty"`
 	// Changed names the primaries that were not the same server before and
 	// after (a failover, a restart): left out of the sums.
 	Changed []string `json:"changed,omitempty"`
@@ -137,11 +174,15 @@ func redisCost(before, after map[string]redisCounters, units int64, unit string)
 	rc := &RedisCost{Unit: unit, Units: max(units, 1)}
 	per := func(v float64) float64 { return v / float64(rc.Units) }
 	addrs := make([]string, 0, len(after))
-	for a := range after {
-		addrs = append(addrs, a)
+	for a, e := range after {
+		if !strings.HasPrefix(a, replicaKey) {
+			addrs = append(addrs, a)
+		} else if b, ok := before[a]; ok && b.runID == e.runID {
+			rc.ReplicaCPUPerUnit += per((e.cpu - b.cpu) * 1e6)
+		}
 	}
 	for a := range before {
-		if _, ok := after[a]; !ok {
+		if _, ok := after[a]; !ok && !strings.HasPrefix(a, replicaKey) {
 			rc.Changed = append(rc.Changed, a)
 		}
 	}
@@ -188,9 +229,9 @@ type Cost struct {
 	// runs (serve, dispatch, the workers unless a stage started worker
 	// processes) and the load generator's own client.
 	BenchCPUPerUnit float64 `json:"bench_cpu_us_per_unit"`
-	// PostgresCPUPerUnit is the CPU of the PostgreSQL server and its
-	// backends in µs per unit (0 when it is not on this machine; the server
-	// is shared with whatever else it serves meanwhile).
+	// PostgresCPUPerUnit is the CPU of the PostgreSQL backends of the
+	// bench's database in µs per unit (0 when the server is not on this
+	// machine).
 	PostgresCPUPerUnit float64 `json:"postgres_cpu_us_per_unit"`
 }
 
@@ -202,18 +243,19 @@ func (r *runner) measure(ctx context.Context, unit string, fn func() (int64, err
 	if err != nil {
 		return nil, err
 	}
-	self, pg := selfCPU(), postgresCPU(r.postmaster)
+	self, pg := selfCPU(), postgresCPU(ctx, r.pool)
 	units, err := fn()
 	if err != nil {
 		return nil, err
 	}
-	self, pg = selfCPU()-self, postgresCPU(r.postmaster)-pg
+	self = selfCPU() - self
+	pgCPU := postgresDelta(pg, postgresCPU(ctx, r.pool))
 	after, err := redisSnapshot(ctx, r.rdb)
 	if err != nil {
 		return nil, err
 	}
 	rc := redisCost(before, after, units, unit)
-	return &Cost{Redis: rc, BenchCPUPerUnit: self * 1e6 / float64(rc.Units), PostgresCPUPerUnit: pg * 1e6 / float64(rc.Units)}, nil
+	return &Cost{Redis: rc, BenchCPUPerUnit: self * 1e6 / float64(rc.Units), PostgresCPUPerUnit: pgCPU * 1e6 / float64(rc.Units)}, nil
 }
 
 // medianCost is the run whose total Redis CPU per unit is the median, so
@@ -271,42 +313,6 @@ func (r *runner) bytesPerEntry(ctx context.Context, users []int64) (float64, err
 
 func isNil(err error) bool { return err == redis.Nil }
 
-// processCPU is the CPU time (user + system) of the processes that pick
-// selects by pid and parent pid, in seconds, from /proc (0 where /proc is not there).
-func processCPU(pick func(pid, ppid int) bool) float64 {
-	dirs, _ := filepath.Glob("/proc/[0-9]*")
-	var total float64
-	for _, d := range dirs {
-		pid, err := strconv.Atoi(filepath.Base(d))
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(d, "stat")) //nolint:gosec // /proc
-		if err != nil {
-			continue
-		}
-		if !pick(pid, statPpid(string(b))) {
-			continue
-		}
-		total += statCPU(string(b))
-	}
-	return total
-}
-
-// statPpid is the parent pid in a /proc/PID/stat line.
-func statPpid(s string) int {
-	closing := strings.LastIndexByte(s, ')')
-	if closing < 0 {
-		return 0
-	}
-	f := strings.Fields(s[closing+1:]) // state ppid …
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
-}
-
 // statCPU is utime + stime of a /proc/PID/stat line, in seconds.
 func statCPU(s string) float64 {
 	closing := strings.LastIndexByte(s, ')')
@@ -326,27 +332,39 @@ func statCPU(s string) float64 {
 // clockTicks is USER_HZ, 100 on every Linux this runs on.
 const clockTicks = 100
 
-// postgresCPU is the CPU of the PostgreSQL server whose postmaster is pid
-// and of its children (backends, walwriter, the WAL sender to a replica).
-func postgresCPU(postmaster int) float64 {
-	if postmaster <= 0 {
-		return 0
+// postgresCPU is the CPU, in seconds, of every PostgreSQL backend
+// connected to the database of pool's connections (the bench's, its roles'
+// and its worker processes'), by pid: the server's other work (other
+// databases, the WAL writer, the checkpointer) is not counted. Empty when
+// the server is not on this machine.
+func postgresCPU(ctx context.Context, pool *pgxpool.Pool) map[int]float64 {
+	rows, err := pool.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE datname = current_database()`)
+	if err != nil {
+		return nil
 	}
-	return processCPU(func(pid int, ppid int) bool { return pid == postmaster || ppid == postmaster })
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return nil
+	}
+	out := make(map[int]float64, len(pids))
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(int(pid)) + "/stat")
+		if err != nil {
+			return nil // not on this machine
+		}
+		out[int(pid)] = statCPU(string(b))
+	}
+	return out
 }
 
-// postmasterPid is the pid of the PostgreSQL server of pool's connections,
-// when it runs on this machine (0 otherwise).
-func postmasterPid(ctx context.Context, pool *pgxpool.Pool) int {
-	var backend int
-	if err := pool.QueryRow(ctx, `SELECT pg_backend_pid()`).Scan(&backend); err != nil {
-		return 0
+// postgresDelta is the backends' CPU between two postgresCPU readings: a
+// backend that started meanwhile counts whole, one that ended is lost.
+func postgresDelta(before, after map[int]float64) float64 {
+	var d float64
+	for pid, cpu := range after {
+		d += cpu - before[pid]
 	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(backend) + "/stat")
-	if err != nil {
-		return 0
-	}
-	return statPpid(string(b))
+	return d
 }
 
 // pidCPU is one process's CPU time, in seconds.

@@ -11,7 +11,7 @@ import (
 
 // TestRedisCost: INFO's cpu and commandstats, read before and after, become
 // CPU per unit on each primary; a primary that is another server after (a
-// failover, a restart) is left out and named.
+// failover, a restart) is left out and named; replicas are summed apart.
 func TestRedisCost(t *testing.T) {
 	info := func(runID, sys, user, zadd string) string {
 		return "# Server\r\nrun_id:" + runID + "\r\n# CPU\r\nused_cpu_sys:" + sys + "\r\nused_cpu_user:" + user +
@@ -26,21 +26,24 @@ func TestRedisCost(t *testing.T) {
 
 	at := func(addr, s string) redisCounters { c := parseInfo(s); c.addr = addr; return c }
 	before := map[string]redisCounters{
-		"a:1": at("a:1", info("r1", "1.0", "1.0", "100")),
-		"b:2": at("b:2", info("r2", "1.0", "1.0", "100")),
-		"c:3": at("c:3", info("r3", "1.0", "1.0", "100")),
+		"a:1":         at("a:1", info("r1", "1.0", "1.0", "100")),
+		"b:2":         at("b:2", info("r2", "1.0", "1.0", "100")),
+		"c:3":         at("c:3", info("r3", "1.0", "1.0", "100")),
+		"replica d:4": at("replica d:4", info("r4", "1.0", "1.0", "0")),
 	}
 	after := map[string]redisCounters{
-		"a:1": at("a:1", info("r1", "1.5", "1.5", "1100")), // 1 s of CPU, 1 ms in ZADD
-		"b:2": at("b:2", info("r2", "1.25", "1.25", "600")),
-		"c:3": at("c:3", info("r9", "0.1", "0.1", "0")), // restarted
+		"a:1":         at("a:1", info("r1", "1.5", "1.5", "1100")), // 1 s of CPU, 1 ms in ZADD
+		"b:2":         at("b:2", info("r2", "1.25", "1.25", "600")),
+		"c:3":         at("c:3", info("r9", "0.1", "0.1", "0")), // restarted
+		"replica d:4": at("replica d:4", info("r4", "1.1", "1.1", "0")),
 	}
 	rc := redisCost(before, after, 1000, "entry")
 	require.Equal(t, []string{"c:3"}, rc.Changed)
 	require.Len(t, rc.Shards, 2)
 	require.InDelta(t, 1000, rc.Shards[0].CPUPerUnit, 1e-6) // 1 s / 1000 entries = 1000 µs
 	require.InDelta(t, 500, rc.Shards[1].CPUPerUnit, 1e-6)
-	require.InDelta(t, 1500, rc.CPUPerUnit, 1e-6)
+	require.InDelta(t, 1500, rc.CPUPerUnit, 1e-6, "primaries only")
+	require.InDelta(t, 200, rc.ReplicaCPUPerUnit, 1e-6)
 	require.InDelta(t, 2.0/3, rc.Shards[0].Share, 1e-9)
 	require.Equal(t, []string{"zadd 1.00"}, rc.Shards[0].Top, "INFO's own calls left out")
 }

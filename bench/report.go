@@ -78,8 +78,11 @@ type Report struct {
 	WorkerPeakRSSMB float64   `json:"worker_peak_rss_mb,omitempty"`
 	// WorkerCPUPerEntry is the CPU of the big fan-out's worker process in
 	// µs per feed entry.
-	WorkerCPUPerEntry float64              `json:"worker_cpu_us_per_entry,omitempty"`
-	LatencySamples    map[string][]float64 `json:"-"`
+	WorkerCPUPerEntry float64 `json:"worker_cpu_us_per_entry,omitempty"`
+	// ClusterSlots is how the cluster's slots were split when its stages
+	// started.
+	ClusterSlots   SlotCounts           `json:"cluster_slots,omitempty"`
+	LatencySamples map[string][]float64 `json:"-"`
 }
 
 func newReport(opts Options) *Report {
@@ -111,6 +114,9 @@ func (r *Report) WriteTable(w io.Writer) {
 	_ = tw.Flush()
 	for _, s := range r.Stages {
 		fmt.Fprintf(w, "- %s: %s\n", s.Name, s.Note)
+	}
+	if len(r.ClusterSlots) > 0 {
+		fmt.Fprintf(w, "Redis Cluster slots per primary when its stages started: %s\n", r.ClusterSlots)
 	}
 	if r.hasCosts() {
 		fmt.Fprintln(w, "\nWhat each unit of work cost (µs of CPU per entry, read or post; Redis: used_cpu_sys + used_cpu_user of every primary):")
@@ -158,6 +164,9 @@ func (r *Report) costMarkdown() string {
 			for _, a := range rc.Changed {
 				shards = append(shards, a+" changed (failover?): left out")
 			}
+			if rc.ReplicaCPUPerUnit > 0 {
+				shards = append(shards, fmt.Sprintf("replicas %.2f in all", rc.ReplicaCPUPerUnit))
+			}
 			bpe := "–"
 			if side.name == "ours" && s.BytesPerEntry > 0 {
 				bpe = fmt.Sprintf("%.0f", s.BytesPerEntry)
@@ -203,6 +212,9 @@ func (r *Report) Markdown() string {
 			lat = fmt.Sprintf("%.1f | %.1f | %.1f", s.Latency.P50, s.Latency.P95, s.Latency.P99)
 		}
 		fmt.Fprintf(&b, "| %s | %s %s | %s | %.2f | %s | %s |\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio, s.Target, lat)
+	}
+	if len(r.ClusterSlots) > 0 {
+		fmt.Fprintf(&b, "\nRedis Cluster slots per primary when its stages started: %s.\n", r.ClusterSlots)
 	}
 	if r.hasCosts() {
 		b.WriteString("\nWhat each unit of work cost (µs of CPU per entry, read or post; Redis: used_cpu_sys + used_cpu_user of every primary):\n\n")
