@@ -318,15 +318,23 @@ func (r *Report) costPlot() *plot.Plot {
 		shards = max(shards, len(b.Shards))
 	}
 	p := plot.New()
-	p.Title.Text = "Redis CPU per feed entry, stacked by primary (INFO cpu)"
+	p.Title.Text = "Redis CPU per feed entry (INFO cpu), stacked by primary, replicas on top"
 	p.Y.Label.Text = "µs per entry"
 	p.Add(plotter.NewGrid())
 	var below *plotter.BarChart
-	for i := range shards {
+	top := 0.0
+	for _, b := range bars {
+		top = max(top, b.CPUPerUnit+b.ReplicaCPUPerUnit)
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.3 // room for the legend
+	for i := range shards + 1 {
 		vals := make(plotter.Values, len(bars))
 		for j, b := range bars {
-			if i < len(b.Shards) {
+			switch {
+			case i < len(b.Shards):
 				vals[j] = b.Shards[i].CPUPerUnit
+			case i == shards:
+				vals[j] = b.ReplicaCPUPerUnit
 			}
 		}
 		bc, err := plotter.NewBarChart(vals, vg.Points(40))
@@ -340,10 +348,14 @@ func (r *Report) costPlot() *plot.Plot {
 		}
 		below = bc
 		p.Add(bc)
-		p.Legend.Add(fmt.Sprintf("primary %d", i+1), bc)
+		if i == shards {
+			p.Legend.Add("replicas, all", bc)
+		} else {
+			p.Legend.Add(fmt.Sprintf("primary %d", i+1), bc)
+		}
 	}
 	p.NominalX(labels...)
-	p.Legend.Top = true
+	p.Legend.Top, p.Legend.Left = true, true
 	return p
 }
 
