@@ -94,7 +94,7 @@ redis.prefix and auth.secret of this configuration.`,
 				if serr := report.Save(out); serr != nil {
 					return fmt.Errorf("save results: %w", serr)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "\nwritten: %s/bench.json, bench.md, %s\n", out, strings.Join(report.Plots(), ", "))
+				fmt.Fprintf(cmd.OutOrStdout(), "\nwritten: %s/%s\n", out, strings.Join(append([]string{"bench.json", "bench.md"}, report.Plots()...), ", "))
 			}
 			return err
 		},
