@@ -34,7 +34,10 @@ in the same run against the same servers. By default it runs every role in this 
 against a fresh database named after database.url with the suffix _bench and Redis keys
 under "nfbench:". With --api it measures running serve/dispatch/work processes instead;
 they must use database.url (an empty, migrated database: the bench seeds it), redis.url,
-redis.prefix and auth.secret of this configuration.`,
+redis.prefix and auth.secret of this configuration. With --redis-cluster it then runs the
+fan-out and read stages again on the Redis Cluster of --redis-cluster-url, each beside its
+limit measured on the cluster. Every stage also reports what one unit of its work cost:
+Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process's CPU.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if million {
