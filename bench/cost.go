@@ -395,7 +395,7 @@ func procCPU(pid int) (float64, bool) {
 		}
 		return total, true
 	}
-	b, err := os.ReadFile(dir + "/stat")
+	b, err := os.ReadFile(dir + "/stat") //nolint:gosec // /proc
 	if err != nil {
 		return 0, false
 	}
