@@ -13,7 +13,7 @@ GOLANGCI_LINT := $(TOOLS)/golangci-lint
 # How long `make test` fuzzes each target; `make fuzz` runs longer.
 FUZZ_TIME_CI := 10s
 
-.PHONY: help run test test-short model fuzz build services lint bench clean
+.PHONY: help run test test-short model fuzz build services lint bench bench-cluster clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -87,3 +87,6 @@ clean: ## remove bin/
 
 bench: services build ## the default benchmark scenario (under 3 minutes); results in bench-results/
 	$(BIN) bench
+
+bench-cluster: services build cluster-up ## make bench, then the fan-out and read stages again on the local Redis Cluster (about 5 minutes)
+	$(BIN) bench --redis-cluster --redis-cluster-url '$(CLUSTER_TEST_URL)'

@@ -5,9 +5,11 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,7 +23,8 @@ import (
 func benchCommand(load loadFunc, assets Assets) *cobra.Command {
 	var opts bench.Options
 	var million bool
-	var out, apiURL, cpuProfile string
+	var out, apiURL, cpuProfile, clusterURL string
+	var onCluster bool
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure every stage of the pipeline next to its limit (seeds a synthetic graph)",
@@ -31,7 +34,10 @@ in the same run against the same servers. By default it runs every role in this 
 against a fresh database named after database.url with the suffix _bench and Redis keys
 under "nfbench:". With --api it measures running serve/dispatch/work processes instead;
 they must use database.url (an empty, migrated database: the bench seeds it), redis.url,
-redis.prefix and auth.secret of this configuration.`,
+redis.prefix and auth.secret of this configuration. With --redis-cluster it then runs the
+fan-out and read stages again on the Redis Cluster of --redis-cluster-url, each beside its
+limit measured on the cluster. Every stage also reports what one unit of its work cost:
+Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process's CPU.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if million {
@@ -46,17 +52,25 @@ redis.prefix and auth.secret of this configuration.`,
 				return err
 			}
 			ctx := cmd.Context()
+			if clusterURL != "" {
+				if err := checkClusterFlags(cfg, apiURL); err != nil {
+					return err
+				}
+			}
 			var h bench.Harness
 			var cleanup func()
 			if apiURL == "" {
-				h, cleanup, err = startInProcess(ctx, cfg, assets)
+				var dbURL string
+				if dbURL, err = freshBenchDatabase(ctx, cfg, assets); err == nil {
+					h, cleanup, err = startInProcess(ctx, cfg, dbURL, bench.Prefix)
+				}
 			} else {
 				h, cleanup, err = connectExternal(ctx, cfg, apiURL)
 			}
 			if err != nil {
 				return err
 			}
-			defer cleanup()
+			defer func() { cleanup() }()
 			opts.PageSize, opts.MaxLen = cfg.Fanout.PageSize, cfg.Feed.MaxLen
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile) //nolint:gosec // the path the user gave --cpuprofile
@@ -70,13 +84,20 @@ redis.prefix and auth.secret of this configuration.`,
 				defer pprof.StopCPUProfile()
 			}
 			report, err := bench.Run(ctx, h, opts, cmd.ErrOrStderr())
+			if err == nil && clusterURL != "" {
+				// The same stages on the cluster, one system after the other:
+				// on two shared cores the idle one would still take its share.
+				cleanup()
+				cleanup = func() {}
+				err = runOnCluster(ctx, cfg, clusterURL, opts, cmd.ErrOrStderr(), report)
+			}
 			if report != nil {
 				fmt.Fprintln(cmd.OutOrStdout())
 				report.WriteTable(cmd.OutOrStdout())
 				if serr := report.Save(out); serr != nil {
 					return fmt.Errorf("save results: %w", serr)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "\nwritten: %s/bench.json, bench.md, delivery-latency.svg, delivery-latency.png\n", out)
+				fmt.Fprintf(cmd.OutOrStdout(), "\nwritten: %s/%s\n", out, strings.Join(append([]string{"bench.json", "bench.md"}, report.Plots()...), ", "))
 			}
 			return err
 		},
@@ -94,6 +115,17 @@ redis.prefix and auth.secret of this configuration.`,
 	f.StringSliceVar(&opts.Stages, "stages", nil, "run only the stages whose names contain these words (e.g. fan-out,reads)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the roles in process and the load) to this file")
 	f.StringVar(&apiURL, "api", "", "measure running processes behind this API URL instead of in-process roles")
+	f.BoolVar(&onCluster, "redis-cluster", false, "run the fan-out and read stages again on the Redis Cluster of --redis-cluster-url, beside redis.url's single Redis")
+	f.StringVar(&clusterURL, "redis-cluster-url", "", "seed nodes of the Redis Cluster for --redis-cluster (redis://h1:7000?addr=h2:7001; scripts/cluster.sh env prints one)")
+	cmd.PreRunE = func(*cobra.Command, []string) error {
+		switch {
+		case onCluster && clusterURL == "":
+			return errors.New("--redis-cluster needs --redis-cluster-url, the cluster's seed nodes (eval \"$(scripts/cluster.sh env)\" sets NEWSFEED_TEST_REDIS_CLUSTER_URL to one)")
+		case !onCluster && clusterURL != "":
+			return errors.New("--redis-cluster-url is used with --redis-cluster")
+		}
+		return nil
+	}
 	return cmd
 }
 
@@ -108,25 +140,33 @@ func benchOverrides() map[string]any {
 // replace it.
 var benchExecutable = os.Executable
 
-// startInProcess makes a fresh bench database and runs every role in this
-// process: serve and dispatch together, the workers apart so that the big
-// fan-out can move to a worker process of its own.
-func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harness, func(), error) {
-	benchCfg := *cfg
+// freshBenchDatabase makes the bench's database afresh, migrated, and
+// returns its URL.
+func freshBenchDatabase(ctx context.Context, cfg *Config, assets Assets) (string, error) {
 	dbURL, err := bench.FreshDatabase(ctx, cfg.Database.URL)
 	if err != nil {
-		return bench.Harness{}, nil, err
+		return "", err
 	}
+	benchCfg := *cfg
 	benchCfg.Database.URL = dbURL
 	if _, err := runMigrate(ctx, &benchCfg, assets.Schema); err != nil {
-		return bench.Harness{}, nil, err
+		return "", err
 	}
+	return dbURL, nil
+}
+
+// startInProcess runs every role in this process on the database dbURL and
+// Redis keys under prefix: serve and dispatch together, the workers apart
+// so that the big fan-out can move to a worker process of its own.
+func startInProcess(ctx context.Context, cfg *Config, dbURL, prefix string) (bench.Harness, func(), error) {
+	benchCfg := *cfg
+	benchCfg.Database.URL = dbURL
 	addr, err := probe.FreeAddr()
 	if err != nil {
 		return bench.Harness{}, nil, err
 	}
 	benchCfg.HTTP.Addr, benchCfg.Metrics.Addr = addr, ""
-	benchCfg.Redis.Prefix = bench.Prefix
+	benchCfg.Redis.Prefix = prefix
 	benchCfg.Fanout.CelebrityThreshold = 1 << 60 // every author is fanned out
 	benchCfg.Log.Level = "warn"
 	log, err := NewLogger(&benchCfg)
@@ -140,8 +180,20 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 	secret := make([]byte, 32)
 	_, _ = rand.Read(secret)
 	childEnv := workerEnv(os.Environ(), &benchCfg)
+	closeSys := sys.Close
+	if benchCfg.Redis.Cluster {
+		// A cluster is shared: leave none of the bench's keys behind.
+		closeSys = func() {
+			cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			if err := bench.ClearPrefix(cctx, sys.Redis, prefix); err != nil {
+				log.Warn("bench: Redis keys left on the cluster", zap.String("prefix", prefix), zap.Error(err))
+			}
+			sys.Close()
+		}
+	}
 	return bench.StartInProcess(ctx, bench.Harness{
-		APIURL: "http://" + addr, Secret: secret, Pool: sys.Primary, Redis: sys.Redis, Prefix: bench.Prefix,
+		APIURL: "http://" + addr, Secret: secret, Pool: sys.Primary, Redis: sys.Redis, Prefix: prefix,
 		WorkerCommand: func() (*exec.Cmd, error) {
 			exe, err := benchExecutable()
 			if err != nil {
@@ -157,8 +209,48 @@ func startInProcess(ctx context.Context, cfg *Config, assets Assets) (bench.Harn
 	}, bench.Roles{
 		Front:   func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleServe, RoleDispatch}, secret) },
 		Workers: func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleWork}, secret) },
-		Close:   sys.Close,
+		Close:   closeSys,
 	})
+}
+
+// checkClusterFlags: --redis-cluster compares redis.url's single Redis with
+// a cluster, both run by the bench in process.
+func checkClusterFlags(cfg *Config, apiURL string) error {
+	if apiURL != "" {
+		return errors.New("--redis-cluster runs the system in process; with --api the running processes use their own Redis")
+	}
+	if cfg.Redis.Cluster {
+		return errors.New("--redis-cluster: redis.url must name a single Redis to compare the cluster with (redis.cluster is true)")
+	}
+	return nil
+}
+
+// clusterPartitions is the ticket queue's partitions on the bench's cluster
+// when the configuration has fewer: 16 or more spread them over 3 shards.
+const clusterPartitions = 16
+
+// runOnCluster runs the fan-out and read stages on a system whose Redis is
+// the cluster at clusterURL and PostgreSQL the database bench.Run seeded,
+// and adds their lines to report.
+func runOnCluster(ctx context.Context, cfg *Config, clusterURL string, opts bench.Options, progress io.Writer, report *bench.Report) error {
+	clusterCfg := *cfg
+	clusterCfg.Redis.URL, clusterCfg.Redis.Cluster = clusterURL, true
+	clusterCfg.Queue.Partitions = max(clusterCfg.Queue.Partitions, clusterPartitions)
+	dbURL, err := bench.DatabaseURL(cfg.Database.URL)
+	if err != nil {
+		return err
+	}
+	prefix, err := bench.ClusterPrefix(dbURL)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "starting the system on the Redis Cluster (keys under %q, %d queue partitions)\n", prefix, clusterCfg.Queue.Partitions)
+	h, cleanup, err := startInProcess(ctx, &clusterCfg, dbURL, prefix)
+	if err != nil {
+		return fmt.Errorf("on the Redis Cluster: %w", err)
+	}
+	defer cleanup()
+	return bench.RunOnCluster(ctx, h, opts, progress, report)
 }
 
 // connectExternal measures processes that already run.

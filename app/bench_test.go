@@ -144,3 +144,36 @@ func TestBenchWorkerDeathEndsStage(t *testing.T) {
 		})
 	}
 }
+
+// TestBenchClusterFlags: --redis-cluster names its cluster, compares it with
+// a single Redis and runs the system in process; anything else is refused
+// before the bench touches a server.
+func TestBenchClusterFlags(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		args []string
+		want string
+	}{
+		{"no URL", nil, []string{"--redis-cluster"}, "--redis-cluster needs --redis-cluster-url"},
+		{"URL alone", nil, []string{"--redis-cluster-url", "redis://127.0.0.1:7000"}, "is used with --redis-cluster"},
+		{"with --api", nil, []string{"--redis-cluster", "--redis-cluster-url", "redis://127.0.0.1:7000", "--api", "http://127.0.0.1:1"},
+			"with --api"},
+		{"redis.url a cluster already", map[string]string{"NEWSFEED_REDIS_CLUSTER": "true"},
+			[]string{"--redis-cluster", "--redis-cluster-url", "redis://127.0.0.1:7000"}, "redis.url must name a single Redis"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			for k, v := range tc.env {
+				t.Setenv(k, v)
+			}
+			root := NewRootCommand(Assets{})
+			var stdout, stderr bytes.Buffer
+			root.SetOut(&stdout)
+			root.SetErr(&stderr)
+			root.SetArgs(append([]string{"--config=", "bench", "--out", t.TempDir()}, tc.args...))
+			err := root.ExecuteContext(context.Background())
+			require.ErrorContains(t, err, tc.want)
+		})
+	}
+}

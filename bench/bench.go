@@ -5,7 +5,10 @@
 // fan-out against raw ZADD of as many entries, and feed reads against raw
 // ZREVRANGEBYSCORE plus hydration. The machine is shared and noisy, so every
 // throughput is the median of several runs and every ratio is taken within
-// one run.
+// one run. Beside the throughput each stage reports what a unit of its work
+// cost (cost.go): Redis CPU on every primary, from INFO before and after,
+// and PostgreSQL's and this process's CPU; RunOnCluster runs the fan-out and
+// read stages again on a Redis Cluster.
 package bench
 
 import (
@@ -14,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -90,6 +94,9 @@ type runner struct {
 	ownWorkers bool
 	// workers counts the worker processes started, to name them.
 	workers int
+	// redisLabel names the Redis the stages run on ("single", "cluster,
+	// 3 primaries"), and nameSuffix follows their names on a cluster.
+	redisLabel, nameSuffix string
 }
 
 func (r *runner) feedKey(user int64) string {
@@ -114,40 +121,128 @@ func (r *runner) stopInProcessWorkers() bool {
 // exited and the last lines of its stderr.
 func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Report, error) {
 	opts.setDefaults()
-	progress = &lockedWriter{w: progress} // the workers' stderr goes there too
-	r := &runner{
-		opts: opts, h: h, pool: h.Pool, db: store.New(h.Pool, nil), rdb: h.Redis, progress: progress,
-		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			MaxIdleConns: 4 * opts.Concurrency, MaxIdleConnsPerHost: 4 * opts.Concurrency,
-		}},
-		report: newReport(opts),
+	r, err := newRunner(ctx, h, opts, progress, newReport(opts))
+	if err != nil {
+		return nil, err
 	}
-	fmt.Fprintln(progress, "seeding the graph")
+	fmt.Fprintln(r.progress, "seeding the graph")
 	if err := r.seed(ctx); err != nil {
 		return nil, err
 	}
-	stages := []struct {
-		name string
-		fn   func(context.Context) error
-	}{
+	return r.report, r.stages(ctx, []stage{
 		{"post creation", r.postCreation},
+		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
 		{"big fan-out", r.bigFanout},
 		{"chunked fan-out, 1 and 2 workers", r.chunkedFanout},
 		{"inactive followers", r.inactiveFollowers},
+	})
+}
+
+// RunOnCluster runs the fan-out and feed-read stages (those of opts.Stages
+// among them) again on h, a system whose Redis is a cluster, on the database
+// that Run seeded, and adds their lines to report beside those of Run's
+// Redis. Each stage's limit is measured on the cluster too.
+func RunOnCluster(ctx context.Context, h Harness, opts Options, progress io.Writer, report *Report) error {
+	opts.setDefaults()
+	r, err := newRunner(ctx, h, opts, progress, report)
+	if err != nil {
+		return err
 	}
-	for _, s := range stages {
-		if !selected(s.name, opts.Stages) {
+	r.nameSuffix = ", cluster"
+	users := make([]int64, 1000) // the fan-out stage's followers
+	for i := range users {
+		users[i] = int64(FollowerBase + i)
+	}
+	if report.ClusterSlots, err = clusterSlots(ctx, h.Redis); err != nil {
+		return err
+	}
+	fmt.Fprintf(r.progress, "on the Redis Cluster (%s; slots per primary: %s): building the fan-out stage's feeds\n",
+		r.redisLabel, report.ClusterSlots)
+	if err := r.seedFeeds(ctx, users); err != nil {
+		return err
+	}
+	return r.stages(ctx, []stage{
+		{"fan-out throughput, cluster", r.fanoutThroughput},
+		{"feed reads, cluster", r.feedReads},
+	})
+}
+
+func newRunner(ctx context.Context, h Harness, opts Options, progress io.Writer, report *Report) (*runner, error) {
+	progress = &lockedWriter{w: progress} // the workers' stderr goes there too
+	r := &runner{
+		opts: opts, h: h, pool: h.Pool, db: store.New(h.Pool, nil), rdb: h.Redis, progress: progress,
+		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
+			MaxIdleConns: 4 * opts.Concurrency, MaxIdleConnsPerHost: 4 * opts.Concurrency,
+		}},
+		report: report, redisLabel: "single",
+	}
+	if _, ok := h.Redis.(*redis.ClusterClient); ok {
+		nodes, err := primaries(ctx, h.Redis)
+		if err != nil {
+			return nil, fmt.Errorf("redis cluster: %w", err)
+		}
+		r.redisLabel = fmt.Sprintf("cluster, %d primaries", len(nodes))
+	}
+	return r, nil
+}
+
+// clusterSlots says how many hash slots each primary holds now.
+func clusterSlots(ctx context.Context, rdb redis.UniversalClient) (SlotCounts, error) {
+	slots, err := rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER SLOTS: %w", err)
+	}
+	counts := map[string]int{}
+	for _, s := range slots {
+		if len(s.Nodes) > 0 {
+			counts[s.Nodes[0].Addr] += s.End - s.Start + 1
+		}
+	}
+	out := make(SlotCounts, 0, len(counts))
+	for a, n := range counts {
+		out = append(out, PrimarySlots{Addr: a, Slots: n})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out, nil
+}
+
+// PrimarySlots is how many of the 16,384 hash slots a primary holds.
+type PrimarySlots struct {
+	Addr  string `json:"addr"`
+	Slots int    `json:"slots"`
+}
+
+// SlotCounts is the slots of every primary of a cluster.
+type SlotCounts []PrimarySlots
+
+func (s SlotCounts) String() string {
+	parts := make([]string, len(s))
+	for i, p := range s {
+		parts[i] = fmt.Sprintf("%s %d", p.Addr, p.Slots)
+	}
+	return strings.Join(parts, ", ")
+}
+
+type stage struct {
+	name string
+	fn   func(context.Context) error
+}
+
+// stages runs those of opts.Stages, one after the other.
+func (r *runner) stages(ctx context.Context, all []stage) error {
+	for _, s := range all {
+		if !selected(s.name, r.opts.Stages) {
 			continue
 		}
-		fmt.Fprintf(progress, "stage: %s\n", s.name)
+		fmt.Fprintf(r.progress, "stage: %s\n", s.name)
 		if err := runStage(ctx, s.fn); err != nil {
-			return r.report, fmt.Errorf("%s: %w", s.name, err)
+			return fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
-	return r.report, nil
+	return nil
 }
 
 // stageFailure is how startWorker reaches the stage it serves.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/url"
 	"os/exec"
+	"strings"
 	"sync"
 
 	"github.com/jackc/pgx/v5"
@@ -120,6 +121,24 @@ func Attach(ctx context.Context, h Harness, closeConns func()) (Harness, func(),
 	return h, closeConns, nil
 }
 
+// DatabaseURL is the URL of the database that a run in process uses beside
+// dbURL's (FreshDatabase makes it afresh).
+func DatabaseURL(dbURL string) (string, error) {
+	return withDatabaseSuffix(dbURL, DatabaseSuffix)
+}
+
+// ClusterPrefix is the key prefix of a run in process on a Redis Cluster:
+// Prefix and the bench database's name, so that benches of other databases
+// (tests) on the same shared cluster keep apart.
+func ClusterPrefix(benchURL string) (string, error) {
+	cfg, err := pgx.ParseConfig(benchURL)
+	if err != nil {
+		return "", fmt.Errorf("database.url: %w", err)
+	}
+	name := strings.NewReplacer("{", "_", "}", "_").Replace(cfg.Database) // no hash tag of its own
+	return Prefix + name + ":", nil
+}
+
 func withDatabaseSuffix(dbURL, suffix string) (string, error) {
 	u, err := url.Parse(dbURL)
 	if err != nil {
@@ -148,14 +167,32 @@ func recreateDatabase(ctx context.Context, dbURL string) error {
 	return nil
 }
 
+// ClearPrefix deletes every key under prefix: on a Redis Cluster, those of
+// every primary.
+func ClearPrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
+	return deletePrefix(ctx, rdb, prefix)
+}
+
 func deletePrefix(ctx context.Context, rdb redis.UniversalClient, prefix string) error {
-	iter := rdb.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
+	if c, ok := rdb.(*redis.ClusterClient); ok {
+		// SCAN sees one node's keys; the deletes go through the cluster client,
+		// which sends each to the primary of its slot now.
+		return c.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
+			return deleteScanned(ctx, node, rdb, prefix)
+		})
+	}
+	return deleteScanned(ctx, rdb, rdb, prefix)
+}
+
+// deleteScanned unlinks with del the keys under prefix that scan finds.
+func deleteScanned(ctx context.Context, scan, del redis.UniversalClient, prefix string) error {
+	iter := scan.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
 	batch := make([]string, 0, 1000)
 	flush := func() error {
 		if len(batch) == 0 {
 			return nil
 		}
-		_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		_, err := del.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, k := range batch {
 				p.Unlink(ctx, k)
 			}

@@ -59,16 +59,30 @@ type Stage struct {
 	Target  string      `json:"target,omitempty"`
 	Latency Percentiles `json:"latency"`
 	Note    string      `json:"note"`
+	// Redis is what the stage ran on: "single" or "cluster, 3 primaries".
+	Redis string `json:"redis,omitempty"`
+	// Cost and LimitCost are what ours and the limit cost the servers per
+	// unit of work (the run of the median Redis CPU), where measured.
+	Cost      *Cost `json:"cost,omitempty"`
+	LimitCost *Cost `json:"limit_cost,omitempty"`
+	// BytesPerEntry is Redis memory per feed entry in the stage's feeds.
+	BytesPerEntry float64 `json:"bytes_per_entry,omitempty"`
 }
 
 // Report is a whole run.
 type Report struct {
-	Started         time.Time            `json:"started"`
-	Machine         string               `json:"machine"`
-	Options         Options              `json:"options"`
-	Stages          []Stage              `json:"stages"`
-	WorkerPeakRSSMB float64              `json:"worker_peak_rss_mb,omitempty"`
-	LatencySamples  map[string][]float64 `json:"-"`
+	Started         time.Time `json:"started"`
+	Machine         string    `json:"machine"`
+	Options         Options   `json:"options"`
+	Stages          []Stage   `json:"stages"`
+	WorkerPeakRSSMB float64   `json:"worker_peak_rss_mb,omitempty"`
+	// WorkerCPUPerEntry is the CPU of the big fan-out's worker process in
+	// µs per feed entry.
+	WorkerCPUPerEntry float64 `json:"worker_cpu_us_per_entry,omitempty"`
+	// ClusterSlots is how the cluster's slots were split when its stages
+	// started.
+	ClusterSlots   SlotCounts           `json:"cluster_slots,omitempty"`
+	LatencySamples map[string][]float64 `json:"-"`
 }
 
 func newReport(opts Options) *Report {
@@ -101,6 +115,91 @@ func (r *Report) WriteTable(w io.Writer) {
 	for _, s := range r.Stages {
 		fmt.Fprintf(w, "- %s: %s\n", s.Name, s.Note)
 	}
+	if len(r.ClusterSlots) > 0 {
+		fmt.Fprintf(w, "Redis Cluster slots per primary when its stages started: %s\n", r.ClusterSlots)
+	}
+	if r.hasCosts() {
+		fmt.Fprintln(w, "\nWhat each unit of work cost (µs of CPU per entry, read or post; Redis: used_cpu_sys + used_cpu_user of every primary):")
+		fmt.Fprint(w, r.costMarkdown())
+	}
+	if r.WorkerCPUPerEntry > 0 {
+		fmt.Fprintf(w, "worker process CPU in the big fan-out: %.2f µs per entry\n", r.WorkerCPUPerEntry)
+	}
+}
+
+func (r *Report) hasCosts() bool {
+	for _, s := range r.Stages {
+		if s.Cost != nil {
+			return true
+		}
+	}
+	return false
+}
+
+// costMarkdown is the table of what ours and the limit cost per unit of
+// work, stage by stage, single Redis beside the cluster.
+func (r *Report) costMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| stage | Redis | side | Redis CPU µs/unit | per primary: CPU µs/unit (share) | top commands, µs/unit (commandstats) | bench process µs/unit | PostgreSQL µs/unit | bytes/entry |\n")
+	b.WriteString("|---|---|---|---:|---|---|---:|---:|---:|\n")
+	for _, s := range r.Stages {
+		for _, side := range []struct {
+			name string
+			c    *Cost
+		}{{"ours", s.Cost}, {"limit", s.LimitCost}} {
+			if side.c == nil || side.c.Redis == nil {
+				continue
+			}
+			rc := side.c.Redis
+			var shards, top []string
+			for _, sh := range rc.Shards {
+				shards = append(shards, fmt.Sprintf("%s %.2f (%.0f %%)", sh.Addr, sh.CPUPerUnit, 100*sh.Share))
+				if len(rc.Shards) == 1 {
+					top = sh.Top
+				}
+			}
+			if len(rc.Shards) > 1 {
+				top = mergeTop(rc.Shards)
+			}
+			for _, a := range rc.Changed {
+				shards = append(shards, a+" changed (failover?): left out")
+			}
+			if rc.ReplicaCPUPerUnit > 0 {
+				shards = append(shards, fmt.Sprintf("replicas %.2f in all", rc.ReplicaCPUPerUnit))
+			}
+			bpe := "–"
+			if side.name == "ours" && s.BytesPerEntry > 0 {
+				bpe = fmt.Sprintf("%.0f", s.BytesPerEntry)
+			}
+			fmt.Fprintf(&b, "| %s | %s | %s | %.2f per %s | %s | %s | %.1f | %.1f | %s |\n", s.Name, s.Redis, side.name,
+				rc.CPUPerUnit, rc.Unit, strings.Join(shards, "; "), strings.Join(top, ", "),
+				side.c.BenchCPUPerUnit, side.c.PostgresCPUPerUnit, bpe)
+		}
+	}
+	return b.String()
+}
+
+// mergeTop adds up the primaries' top commands: "evalsha 5.90".
+func mergeTop(shards []ShardCost) []string {
+	sum := map[string]float64{}
+	for _, sh := range shards {
+		for _, t := range sh.Top {
+			name, v, _ := strings.Cut(t, " ")
+			var f float64
+			_, _ = fmt.Sscanf(v, "%g", &f)
+			sum[name] += f
+		}
+	}
+	names := make([]string, 0, len(sum))
+	for n := range sum {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return sum[names[i]] > sum[names[j]] })
+	out := make([]string, 0, 3)
+	for _, n := range names[:min(3, len(names))] {
+		out = append(out, fmt.Sprintf("%s %.2f", n, sum[n]))
+	}
+	return out
 }
 
 // Markdown returns the report as a GitHub Markdown table.
@@ -113,6 +212,16 @@ func (r *Report) Markdown() string {
 			lat = fmt.Sprintf("%.1f | %.1f | %.1f", s.Latency.P50, s.Latency.P95, s.Latency.P99)
 		}
 		fmt.Fprintf(&b, "| %s | %s %s | %s | %.2f | %s | %s |\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio, s.Target, lat)
+	}
+	if len(r.ClusterSlots) > 0 {
+		fmt.Fprintf(&b, "\nRedis Cluster slots per primary when its stages started: %s.\n", r.ClusterSlots)
+	}
+	if r.hasCosts() {
+		b.WriteString("\nWhat each unit of work cost (µs of CPU per entry, read or post; Redis: used_cpu_sys + used_cpu_user of every primary):\n\n")
+		b.WriteString(r.costMarkdown())
+	}
+	if r.WorkerCPUPerEntry > 0 {
+		fmt.Fprintf(&b, "\nWorker process CPU in the big fan-out: %.2f µs per entry.\n", r.WorkerCPUPerEntry)
 	}
 	return b.String()
 }
@@ -145,19 +254,109 @@ func (r *Report) Save(dir string) error {
 	if err := os.WriteFile(filepath.Join(dir, "bench.md"), []byte(r.Markdown()), 0o644); err != nil { //nolint:gosec // a report
 		return err
 	}
-	if len(r.LatencySamples) == 0 {
-		return nil
+	if len(r.LatencySamples) > 0 {
+		p, err := r.latencyPlot()
+		if err != nil {
+			return err
+		}
+		if err := savePlot(p, dir, "delivery-latency"); err != nil {
+			return err
+		}
 	}
-	p, err := r.latencyPlot()
-	if err != nil {
-		return err
-	}
-	for _, ext := range []string{"svg", "png"} {
-		if err := p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, "delivery-latency."+ext)); err != nil {
+	if p := r.costPlot(); p != nil {
+		if err := savePlot(p, dir, "redis-cpu-per-entry"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func savePlot(p *plot.Plot, dir, name string) error {
+	for _, ext := range []string{"svg", "png"} {
+		if err := p.Save(7*vg.Inch, 4*vg.Inch, filepath.Join(dir, name+"."+ext)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Plots names the plot files Save writes.
+func (r *Report) Plots() []string {
+	var out []string
+	if len(r.LatencySamples) > 0 {
+		out = append(out, "delivery-latency.svg", "delivery-latency.png")
+	}
+	if r.costPlot() != nil {
+		out = append(out, "redis-cpu-per-entry.svg", "redis-cpu-per-entry.png")
+	}
+	return out
+}
+
+// costPlot draws Redis CPU per feed entry of every fan-out measurement, ours
+// and the limit, single Redis and cluster, each bar stacked by primary; nil
+// when no stage measured it.
+func (r *Report) costPlot() *plot.Plot {
+	var labels []string
+	var bars []*RedisCost
+	for _, s := range r.Stages {
+		for _, side := range []struct {
+			name string
+			c    *Cost
+		}{{"ours", s.Cost}, {"raw ZADD", s.LimitCost}} {
+			if side.c != nil && side.c.Redis != nil && side.c.Redis.Unit == "entry" {
+				where, _, _ := strings.Cut(s.Redis, ",") // "single", "cluster"
+				labels = append(labels, where+": "+side.name)
+				bars = append(bars, side.c.Redis)
+			}
+		}
+	}
+	if len(bars) == 0 {
+		return nil
+	}
+	shards := 0
+	for _, b := range bars {
+		shards = max(shards, len(b.Shards))
+	}
+	p := plot.New()
+	p.Title.Text = "Redis CPU per feed entry (INFO cpu), stacked by primary, replicas on top"
+	p.Y.Label.Text = "µs per entry"
+	p.Add(plotter.NewGrid())
+	var below *plotter.BarChart
+	top := 0.0
+	for _, b := range bars {
+		top = max(top, b.CPUPerUnit+b.ReplicaCPUPerUnit)
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.3 // room for the legend
+	for i := range shards + 1 {
+		vals := make(plotter.Values, len(bars))
+		for j, b := range bars {
+			switch {
+			case i < len(b.Shards):
+				vals[j] = b.Shards[i].CPUPerUnit
+			case i == shards:
+				vals[j] = b.ReplicaCPUPerUnit
+			}
+		}
+		bc, err := plotter.NewBarChart(vals, vg.Points(40))
+		if err != nil {
+			return nil
+		}
+		bc.Color = plotutil.Color(i)
+		bc.LineStyle.Width = 0
+		if below != nil {
+			bc.StackOn(below)
+		}
+		below = bc
+		p.Add(bc)
+		if i == shards {
+			p.Legend.Add("replicas, all", bc)
+		} else {
+			p.Legend.Add(fmt.Sprintf("primary %d", i+1), bc)
+		}
+	}
+	p.NominalX(labels...)
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
 }
 
 // latencyPlot draws the delivery-latency distribution of each class as a

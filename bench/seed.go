@@ -142,10 +142,14 @@ func (r *runner) seed(ctx context.Context) error {
 	for i := 0; i < awayFollowers; i += 2 {
 		users = append(users, int64(awayBase+i))
 	}
-	// Complete, whole (empty) feeds with their following hashes, as a
-	// first read leaves them.
+	return r.seedFeeds(ctx, users)
+}
+
+// seedFeeds makes complete, whole (empty) feeds with their following hashes
+// for users, as a first read leaves them.
+func (r *runner) seedFeeds(ctx context.Context, users []int64) error {
 	seeder := feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix})
-	bar = newBar(r.progress, len(users), "build feeds   ")
+	bar := newBar(r.progress, len(users), "build feeds   ")
 	for start := 0; start < len(users); start += 5000 {
 		readers, err := r.db.FolloweesOf(ctx, users[start:min(start+5000, len(users))])
 		if err == nil {

@@ -21,9 +21,16 @@ func (r *runner) bigFanout(ctx context.Context) error {
 		defer proc.Stop()
 	}
 	fmt.Fprintf(r.progress, "  one post to %s followers…\n", humanInt(r.opts.BigFollowers))
+	var cpu float64
+	if proc != nil {
+		cpu = pidCPU(proc.Pid())
+	}
 	took, err := r.timeOnePost(ctx, authorBig)
 	if err != nil {
 		return err
+	}
+	if proc != nil {
+		cpu = pidCPU(proc.Pid()) - cpu
 	}
 	var peakRSS float64
 	if proc != nil {
@@ -38,6 +45,10 @@ func (r *runner) bigFanout(ctx context.Context) error {
 	if peakRSS > 0 {
 		note += fmt.Sprintf("; worker peak RSS %.0f MB", peakRSS)
 		r.report.WorkerPeakRSSMB = peakRSS
+	}
+	if cpu > 0 {
+		r.report.WorkerCPUPerEntry = cpu * 1e6 / float64(r.opts.BigFollowers)
+		note += fmt.Sprintf("; worker CPU %.2f µs per entry", r.report.WorkerCPUPerEntry)
 	}
 	r.report.add(Stage{
 		Name: "big fan-out", Unit: "s", Ours: took.Seconds(), Limit: raw.Seconds(), Ratio: took.Seconds() / raw.Seconds(),

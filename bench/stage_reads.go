@@ -22,28 +22,44 @@ func (r *runner) feedReads(ctx context.Context) error {
 	}
 	var ours, limit, ratios []float64
 	var lat, rawLat []time.Duration
+	var costs, limitCosts []*Cost
 	for run := range r.opts.Runs {
-		l, ls, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
-			return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		var l float64
+		var ls []time.Duration
+		limitCost, err := r.measure(ctx, "read", func() (int64, error) {
+			var err error
+			l, ls, err = closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+				return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+			})
+			return int64(len(ls)), err
 		})
 		if err != nil {
 			return fmt.Errorf("limit: %w", err)
 		}
-		o, samples, err := closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
-			return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+		var o float64
+		var samples []time.Duration
+		cost, err := r.measure(ctx, "read", func() (int64, error) {
+			var err error
+			o, samples, err = closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+				return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
+			})
+			return int64(len(samples)), err
 		})
 		if err != nil {
 			return err
 		}
 		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
 		lat, rawLat = append(lat, samples...), append(rawLat, ls...)
-		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s, raw %.0f reads/s\n", run+1, o, l)
+		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
+		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s (Redis %.1f µs CPU/read), raw %.0f reads/s (%.1f µs/read)\n",
+			run+1, o, cost.Redis.CPUPerUnit, l, limitCost.Redis.CPUPerUnit)
 	}
 	p := percentiles(lat)
 	r.report.add(Stage{
-		Name: "feed reads", Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
 		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
-		Note: fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
+		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
+		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),
 	})
 	return nil
 }
