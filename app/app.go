@@ -63,6 +63,8 @@ type System struct {
 	Feeds   *feed.Feeds
 	Queue   *queue.Queue
 
+	fanoutFeeds *feed.Feeds // Feeds that wait for replicas, for the workers
+
 	registry        *prometheus.Registry
 	fanoutMetrics   *fanout.Metrics
 	dispatchMetrics *outbox.Metrics
@@ -110,7 +112,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	s.closers = append(s.closers, func() { _ = rdb.Close() })
 
 	s.Store = store.New(s.Primary, s.Read)
-	s.Feeds = feed.New(rdb, s.Store, feed.Config{
+	feeds := feed.Config{
 		Prefix:      cfg.Redis.Prefix,
 		MaxLen:      cfg.Feed.MaxLen,
 		Backfill:    cfg.Feed.Backfill,
@@ -118,11 +120,14 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		ActiveTTL:   time.Duration(cfg.Feed.ActiveDays) * 24 * time.Hour,
 		Cluster:     cfg.Redis.Cluster,
 
-		WaitReplicas:       cfg.Redis.WaitReplicas,
-		WaitTimeout:        cfg.Redis.WaitTimeout,
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
 		Logger:             log.Named("feed"),
-	})
+	}
+	// The API's writes to feeds are a head start that the events' fan-out
+	// does again: only the workers wait for replicas (redis.wait_replicas).
+	s.Feeds = feed.New(rdb, s.Store, feeds)
+	feeds.WaitReplicas, feeds.WaitTimeout = cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout
+	s.fanoutFeeds = feed.New(rdb, s.Store, feeds)
 	s.Queue, err = queue.NewPartitioned(rdb, queue.Config{
 		Stream:     cfg.Redis.Prefix + cfg.Queue.Stream,
 		Group:      cfg.Queue.Group,
@@ -402,7 +407,7 @@ func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
 	if err := s.Queue.EnsureGroup(ctx); err != nil {
 		s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
 	}
-	w, err := fanout.New(s.Store, s.Feeds, s.Store, s.Queue, fanout.Config{
+	w, err := fanout.New(s.Store, s.fanoutFeeds, s.Store, s.Queue, fanout.Config{
 		Concurrency:     cfg.Fanout.Concurrency,
 		PageSize:        cfg.Fanout.PageSize,
 		ChunkSize:       cfg.Fanout.ChunkSize,

@@ -55,7 +55,7 @@ type Config struct {
 		WaitReplicas int `koanf:"wait_replicas"`
 		// WaitTimeout bounds that wait; fewer replicas in time postpone the
 		// work, which is done again shortly (not counted as a failure).
-		// Defaults to 1s.
+		// 1ms to maxWaitTimeout. Defaults to 1s.
 		WaitTimeout time.Duration `koanf:"wait_timeout"`
 	} `koanf:"redis"`
 	HTTP struct {
@@ -178,6 +178,10 @@ type Config struct {
 	// ShutdownTimeout bounds a graceful stop. Defaults to 15s.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
+
+// maxWaitTimeout bounds redis.wait_timeout: WAIT goes in a pipeline with its
+// marker, which the Redis client gives its read timeout (3s) and no more.
+const maxWaitTimeout = 2 * time.Second
 
 // defaults holds every key with its default value; it is also the list of
 // known keys, used to map environment variables and reject unknown file keys.
@@ -332,7 +336,9 @@ func (c *Config) validate() error {
 	}
 	positive("database.max_conns", int(c.Database.MaxConns))
 	notNegative("redis.wait_replicas", c.Redis.WaitReplicas)
-	positiveDur("redis.wait_timeout", c.Redis.WaitTimeout)
+	if c.Redis.WaitTimeout < time.Millisecond || c.Redis.WaitTimeout > maxWaitTimeout {
+		errs = append(errs, fmt.Errorf("config key redis.wait_timeout must be from 1ms to %s, got %s", maxWaitTimeout, c.Redis.WaitTimeout))
+	}
 	positive("posts.max_chars", c.Posts.MaxChars)
 	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
 	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)

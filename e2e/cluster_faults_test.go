@@ -221,9 +221,24 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	for i := range 3 {
 		posts = append(posts, poster.post("after the failover "+strconv.Itoa(i)).ID)
 	}
-	// The promoted primary has no replica: its shard's writes wait until the
-	// dead node is back, as a replica (an operator's restart; here the
-	// cluster script's).
+	// The promoted primary has no replica: the writes to its shard do not
+	// count until the dead node is back, as its replica. The other shards'
+	// feeds do not wait for that: every page of the fan-out is written.
+	promotedTo, err := rdb.MasterForKey(ctx, c.feedKey(followers[0]))
+	require.NoError(t, err)
+	var elsewhere []int64
+	for _, u := range followers {
+		node, err := rdb.MasterForKey(ctx, c.feedKey(u))
+		require.NoError(t, err)
+		if node.Options().Addr != promotedTo.Options().Addr {
+			elsewhere = append(elsewhere, u)
+		}
+	}
+	last := posts[len(posts)-1]
+	require.Eventually(t, func() bool { return c.feedsHolding(elsewhere, last) == len(elsewhere) }, 60*time.Second, 200*time.Millisecond,
+		"the feeds on the shards with a replica got the post made after the failover")
+	// An operator's restart (here the cluster script's) brings the dead
+	// node back as the new primary's replica.
 	c.restoreCluster()
 	t.Logf("the dead node is back as a replica %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 

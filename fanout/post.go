@@ -1,7 +1,9 @@
 package fanout
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -113,7 +115,10 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 
 // eachFollowerPage calls fn with the author's followers, one keyset page at
 // a time: memory stays flat however many followers there are. The next page
-// is read from PostgreSQL while fn writes the current one to Redis.
+// is read from PostgreSQL while fn writes the current one to Redis. A page
+// that a dependency was not ready for (domain.ErrUnavailable: one shard's
+// replica behind) does not stop the pages after it, whose followers may be
+// elsewhere: the error is returned at the end, and the retry redoes it all.
 func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until int64, fn func([]int64) error) error {
 	type page struct {
 		ids []int64
@@ -140,18 +145,21 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until in
 			after = ids[len(ids)-1]
 		}
 	}()
+	var unavailable error
 	for p := range pages {
 		if p.err != nil {
 			return p.err
 		}
 		if len(p.ids) == 0 {
-			return nil
+			break
 		}
-		if err := fn(p.ids); err != nil {
+		if err := fn(p.ids); errors.Is(err, domain.ErrUnavailable) {
+			unavailable = cmp.Or(unavailable, err)
+		} else if err != nil {
 			return err
 		}
 	}
-	return nil
+	return unavailable
 }
 
 // deliverable checks that the post is there to deliver: missing is an error

@@ -733,6 +733,42 @@ RETURNING id`).Scan(&notJSON))
 		require.Empty(t, b.deadTickets(t))
 	})
 
+	t.Run("AnUnavailablePageDoesNotStopThePagesAfterIt", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t, fanout.Config{}, feed.Config{})
+		const author = int64(1)
+		followers := userRange(2, 11) // pages of 3: 2–4, 5–7, 8–10, 11
+		b.follow(t, author, followers)
+		b.buildFeeds(t, followers)
+		var calls atomic.Int64
+		feeds := &hookedFeeds{Feeds: b.feeds, beforePush: func(context.Context) error {
+			if calls.Add(1) == 1 { // the first page, the first time
+				return fmt.Errorf("replicas behind: %w", domain.ErrUnavailable)
+			}
+			return nil
+		}}
+		run(t, b.newWorker(t, feeds, fanout.Config{PageSize: 3, MaxAttempts: 1}))
+		postID := b.post(t, author)
+		b.dispatch(t)
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 1, b.tickets(c, domain.PostCreated, "postponed"))
+		})
+		for _, u := range followers[3:] {
+			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d, after the page that was held back", u)
+		}
+		for _, u := range followers[:3] {
+			require.Empty(t, b.feedPosts(t, u), "follower %d, in the page held back", u)
+		}
+		r := b.rowOf(t, domain.PostCreated, fmt.Sprintf(`{"post_id": %d}`, postID))
+		require.Equal(t, "pending", r.Status)
+		_, err := b.pool.Exec(t.Context(), `UPDATE outbox SET due_at = now() WHERE id = $1`, r.ID)
+		require.NoError(t, err)
+		b.deliver(t)
+		for _, u := range followers {
+			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
+		}
+	})
+
 	t.Run("FailureOfTheLastAttemptIsDead", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t, fanout.Config{}, feed.Config{})

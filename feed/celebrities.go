@@ -37,7 +37,7 @@ func (f *Feeds) IsCelebrity(followers int64) bool {
 // author to the pulled authors, so that every read from then on merges the
 // timeline.
 func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.pulled(), f.keys.timeline(authorID))
 	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
 	if err == nil {
 		_, err = f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
@@ -53,7 +53,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.timeline(authorID))
 	_, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, 1, postID)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)

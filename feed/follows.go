@@ -18,7 +18,7 @@ import (
 // posts are read, so that a post of the followee committed after the read
 // is pushed, not refused. It returns how many posts were new.
 func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.feed(follower), f.keys.following(follower))
 	n, err := f.followed(ctx, follower, followee)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -66,7 +66,7 @@ func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, er
 // ids may not cover it, it looks again; a feed that keeps changing is
 // dropped, to be rebuilt by the next read.
 func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.feed(follower), f.keys.following(follower))
 	err := f.unfollowed(ctx, follower, followee)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)

@@ -16,7 +16,7 @@ func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []in
 	for _, u := range followers {
 		keys = append(keys, f.keys.feed(u), f.keys.following(u))
 	}
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, keys...)
 	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID, f.buildTTLSeconds())
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -36,7 +36,7 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 	for i, u := range users {
 		keys[i] = f.keys.feed(u)
 	}
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, keys...)
 	_, err := f.runOverKeys(ctx, removeScript, keys, 1, int64sToArgs(postIDs)...)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -50,7 +50,7 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 // ForgetPost marks a deleted post in the post cache, so that no read shows it
 // even while feeds still list it.
 func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.post(postID))
 	err := f.rdb.Set(ctx, f.keys.post(postID), tombstone, f.cfg.PostTTL).Err()
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -64,7 +64,7 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 // Drop deletes a user's feed, following hash and cached celebrity list; the
 // next read rebuilds them from PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
-	since := f.replicas.Begin(ctx)
+	since := f.replicas.Begin(ctx, f.keys.feed(userID))
 	err := f.drop(ctx, userID)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)

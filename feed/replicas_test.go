@@ -82,7 +82,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	cluster := rdb.(*redis.ClusterClient)
 	f := feed.New(rdb, store.New(testenv.NewPool(t), nil), feed.Config{
-		Prefix: prefix, Cluster: true, WaitReplicas: 1, WaitTimeout: 150 * time.Millisecond,
+		Prefix: prefix, Cluster: true, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
 	})
 	const author = 1
 	readers := map[int64][]int64{}
@@ -106,7 +106,21 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	var re *replicas.Error
 	require.True(t, errors.As(err, &re), "want a replicas.Error, got %v", err)
 	require.Equal(t, primary.Options().Addr, re.Node)
-	require.GreaterOrEqual(t, time.Since(start), 150*time.Millisecond, "it waited for the replica")
+	require.GreaterOrEqual(t, time.Since(start), 300*time.Millisecond, "it waited for the replica")
+
+	// Feeds on the other primaries are not held back.
+	var elsewhere []int64
+	for _, u := range followers {
+		node, err := cluster.MasterForKey(ctx, feed.Key(prefix, u))
+		require.NoError(t, err)
+		if node.Options().Addr != primary.Options().Addr {
+			elsewhere = append(elsewhere, u)
+		}
+	}
+	require.NotEmpty(t, elsewhere)
+	n, err = f.Push(ctx, author, 13, elsewhere)
+	require.NoError(t, err, "the other shards' replicas answer")
+	require.Equal(t, len(elsewhere), n)
 
 	// Every other write a worker makes to a feed of that shard waits too.
 	u := followers[0]

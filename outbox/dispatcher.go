@@ -247,6 +247,7 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	events, ids, tickets = d.stillQueued(ctx, events)
 	published, errs := d.pub.Publish(ctx, events)
 	var failures []error
+	var postponed []int64
 	for i, e := range events {
 		if errs[i] == nil {
 			ids, tickets = append(ids, e.ID), append(tickets, published[i])
@@ -255,6 +256,12 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		d.metrics.failed.Inc()
 		if ferr := d.fail(ctx, e, fmt.Sprintf("publish: %v", errs[i]), errs[i]); ferr != nil {
 			failures = append(failures, ferr) // the lease runs out and another claim retries it
+		}
+		if errors.Is(errs[i], domain.ErrUnavailable) {
+			// Postponed, and no reason to slow down the other rows: one
+			// shard's replica behind holds back its own partitions only.
+			postponed = append(postponed, e.ID)
+			continue
 		}
 		failures = append(failures, fmt.Errorf("publish outbox row %d: %w", e.ID, errs[i]))
 	}
@@ -266,6 +273,10 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 		} else {
 			d.metrics.published.Add(float64(len(ids)))
 		}
+	}
+	if len(postponed) > 0 {
+		d.log.Warn("tickets postponed: the queue's replicas are behind", zap.Int("rows", len(postponed)),
+			zap.Int64s("outbox_ids", postponed[:min(len(postponed), 10)]))
 	}
 	return claimed, errors.Join(failures...)
 }

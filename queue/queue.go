@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,16 +169,81 @@ func (q *Queue) ensureGroup(ctx context.Context, part int) error {
 // order; in a second round trip on a cluster, whose nodes run their parts of
 // a pipeline side by side.
 func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, []error) {
+	parts := make([]int, len(events))
+	for i, e := range events {
+		parts[i] = q.Partition(e.ID)
+	}
+	ids, errs := q.publish(ctx, events, parts)
+	if q.replicas == nil {
+		return ids, errs
+	}
+	// A ticket whose partition's primary could not have it replicated (its
+	// shard has had no replica since a failover, say) goes to a partition
+	// on another shard: every worker reads every partition, and a ticket's
+	// id names the one it is in. The first copy may still be read: a
+	// duplicate ticket is harmless, a lost one costs outbox.redeliver_after.
+	var again []int
+	down := map[string]bool{}
+	for i, err := range errs {
+		var re *replicas.Error
+		if errors.As(err, &re) && re.Node != "" {
+			again = append(again, i)
+			down[re.Node] = true
+		}
+	}
+	if len(again) == 0 {
+		return ids, errs
+	}
+	away := q.partitionsAwayFrom(ctx, down)
+	if len(away) == 0 {
+		return ids, errs
+	}
+	moved := make([]domain.Event, len(again))
+	movedParts := make([]int, len(again))
+	for j, i := range again {
+		moved[j], movedParts[j] = events[i], away[j%len(away)]
+	}
+	movedIDs, movedErrs := q.publish(ctx, moved, movedParts)
+	for j, i := range again {
+		ids[i], errs[i] = movedIDs[j], movedErrs[j]
+	}
+	return ids, errs
+}
+
+// partitionsAwayFrom returns the configured partitions whose primary is not
+// one of down (addresses), on a Redis Cluster.
+func (q *Queue) partitionsAwayFrom(ctx context.Context, down map[string]bool) []int {
+	cc, ok := q.rdb.(*redis.ClusterClient)
+	if !ok {
+		return nil
+	}
+	var away []int
+	for _, part := range q.configured() {
+		if node, err := cc.MasterForKey(ctx, q.Key(part)); err == nil && !down[node.Options().Addr] {
+			away = append(away, part)
+		}
+	}
+	return away
+}
+
+// publish is Publish with the partition of each event given.
+func (q *Queue) publish(ctx context.Context, events []domain.Event, parts []int) ([]string, []error) {
 	ids := make([]string, len(events))
 	errs := make([]error, len(events))
-	parts := make([]int, len(events))
 	cmds := make([]*redis.StringCmd, len(events))
 	_, cluster := q.rdb.(*redis.ClusterClient)
-	since := q.replicas.Begin(ctx)
+	var touched []string
+	if q.replicas != nil {
+		for _, part := range parts {
+			if k := q.Key(part); !slices.Contains(touched, k) {
+				touched = append(touched, k)
+			}
+		}
+	}
+	since := q.replicas.Begin(ctx, touched...)
 	var registered *redis.IntCmd
 	_, err := q.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, e := range events {
-			parts[i] = q.Partition(e.ID)
 			cmds[i] = p.XAdd(ctx, &redis.XAddArgs{Stream: q.Key(parts[i]), Values: encode(e)})
 		}
 		if !cluster {
@@ -218,18 +284,15 @@ func (q *Queue) Publish(ctx context.Context, events []domain.Event) ([]string, [
 		}
 	}
 	// The same for a ticket that a failover could still lose: one whose
-	// partition's primary, or the registry's, has not had it replicated.
+	// partition's primary has not had it replicated. (Not the registry's: a
+	// registration a failover lost is restored by Holds, and the configured
+	// partitions are read without one.)
 	if failed := q.replicas.WaitEach(ctx, since); len(failed) > 0 {
-		registry := q.replicas.Failed(ctx, failed, q.RegistryKey())
 		for i := range events {
 			if errs[i] != nil {
 				continue
 			}
-			werr := q.replicas.Failed(ctx, failed, q.Key(parts[i]))
-			if werr == nil && parts[i] != 0 {
-				werr = registry
-			}
-			if werr != nil {
+			if werr := q.replicas.Failed(failed, since, q.Key(parts[i])); werr != nil {
 				ids[i], errs[i] = "", werr
 			}
 		}

@@ -8,24 +8,25 @@
 // with one replica per primary a write that WAIT saw there is on whichever
 // node takes over.
 //
-// A writer calls Begin before its writes and Wait after them:
+// A writer calls Begin with the keys it will write, before its writes, and
+// Wait after them:
 //
 //   - WAIT counts the writes of its own connection, and a client's pool gives
 //     no say over which one serves a command; so Wait takes one connection of
-//     a primary, writes a small marker key there and sends WAIT on it. The
-//     replication stream is in order: once a replica has the marker, it has
-//     every write the primary applied before it.
-//   - It does so on every primary of the cluster, not only on those that own
-//     the keys written: a write that a moving slot sent elsewhere (ASK, MOVED)
-//     is on some primary all the same.
-//   - It fails if the primaries are not those Begin saw: a write acknowledged
-//     by a primary that a failover has since replaced may be missing on its
-//     successor, which WAIT on the successor would not tell.
+//     each primary that owns a written key, writes a small marker key there,
+//     in the slot of one of those keys, and sends WAIT after it in the same
+//     pipeline. The replication stream is in order: once a replica has the
+//     marker, it has every write the primary applied before it.
+//   - Begin notes, by the client's slot map (the one the writes will use),
+//     which primary owns each key; Wait fails if the owners changed: a write
+//     acknowledged by a primary that a failover has since replaced may be
+//     missing on its successor, which WAIT on the successor would not tell.
 //   - It waits for the number of replicas asked, whatever a primary has: a
 //     primary without a replica (its replica was just promoted, or is gone)
-//     holds its writes back until one is there again. Counting only the
-//     replicas a primary sees now would lose writes to a replica cut off for
-//     a moment, which a failover may still promote.
+//     holds back the writes to its own keys until one is there again.
+//     Counting only the replicas a primary sees now would lose writes to a
+//     replica cut off for a moment, which a failover may still promote. The
+//     other primaries' writes go on: an error names the keys of its node.
 //
 // Every failure is an *Error, which is domain.ErrUnavailable: the caller
 // tries its (idempotent) writes again later, without counting it against the
@@ -37,7 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -56,14 +57,10 @@ type Waiter struct {
 	prefix   string
 	replicas int
 	timeout  time.Duration
-
-	mu   sync.Mutex
-	tags map[string]int // primary address → a hash tag ("{n}") of a slot it owns
-	from map[string]int // primary address → where the search for its next tag starts
 }
 
 // New returns a Waiter that, after writes, waits up to timeout for replicas
-// replicas of every primary. Marker keys are put under prefix. It returns
+// replicas of every primary written to. Marker keys are put under prefix. It returns
 // nil, which waits for nothing, when replicas is 0. rdb must be one Redis
 // (*redis.Client) or a Redis Cluster (*redis.ClusterClient): with another
 // client every Wait fails.
@@ -71,7 +68,7 @@ func New(rdb redis.UniversalClient, prefix string, replicas int, timeout time.Du
 	if replicas <= 0 {
 		return nil
 	}
-	return &Waiter{rdb: rdb, prefix: prefix, replicas: replicas, timeout: timeout, tags: map[string]int{}, from: map[string]int{}}
+	return &Waiter{rdb: rdb, prefix: prefix, replicas: replicas, timeout: timeout}
 }
 
 // Error says that writes may not be on enough replicas yet.
@@ -101,11 +98,12 @@ func (e *Error) Unwrap() []error {
 	return []error{domain.ErrUnavailable}
 }
 
-// Topology is the primaries a writer's writes may go to, as Begin saw them.
-type Topology struct{ primaries []string }
+// Topology is, per primary, the written keys it owns, as Begin saw them.
+type Topology struct{ nodes map[string][]string }
 
-// Begin returns the primaries now, for Wait to compare with.
-func (w *Waiter) Begin(ctx context.Context) Topology {
+// Begin returns which primary owns each of keys now, for Wait to compare
+// with. On one Redis it notes nothing.
+func (w *Waiter) Begin(ctx context.Context, keys ...string) Topology {
 	if w == nil {
 		return Topology{}
 	}
@@ -113,23 +111,30 @@ func (w *Waiter) Begin(ctx context.Context) Topology {
 	if !ok {
 		return Topology{}
 	}
-	primaries, _ := w.primaries(ctx, cc) // an error here is met again in Wait
-	return Topology{primaries: primaries}
+	nodes := map[string][]string{}
+	for _, k := range keys {
+		node, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			continue // met again in Wait, which looks the key up too
+		}
+		addr := node.Options().Addr
+		nodes[addr] = append(nodes[addr], k)
+	}
+	return Topology{nodes: nodes}
 }
 
-// Wait returns once every write applied before it, since Begin returned
-// since, is on the replicas of every primary; else an *Error.
+// Wait returns once every write applied before it to the keys given to
+// Begin is on the replicas of their primaries; else an *Error (several
+// joined when several primaries failed).
 func (w *Waiter) Wait(ctx context.Context, since Topology) error {
-	errs := w.WaitEach(ctx, since)
 	var all []error
-	for _, err := range errs {
+	for _, err := range w.WaitEach(ctx, since) {
 		all = append(all, err)
 	}
 	return errors.Join(all...)
 }
 
-// WaitEach is Wait, with the error of each primary that failed, by address
-// ("" when the topology changed, which fails every write).
+// WaitEach is Wait, with the error of each primary that failed, by address.
 func (w *Waiter) WaitEach(ctx context.Context, since Topology) map[string]error {
 	if w == nil {
 		return nil
@@ -140,97 +145,101 @@ func (w *Waiter) WaitEach(ctx context.Context, since Topology) map[string]error 
 		if !ok {
 			return map[string]error{"": &Error{Reason: fmt.Sprintf("cannot wait for the replicas of a %T", w.rdb)}}
 		}
-		if err := w.waitOn(ctx, one, func() (string, error) { return "replicated", nil }); err != nil {
+		if err := w.waitOn(ctx, one, []string{"replicated"}); err != nil {
 			return map[string]error{one.Options().Addr: err}
 		}
 		return nil
 	}
 	var mu sync.Mutex
 	errs := map[string]error{}
-	var now []string
-	err := cc.ForEachMaster(ctx, func(ctx context.Context, node *redis.Client) error {
-		addr := node.Options().Addr
-		err := w.waitOn(ctx, node, func() (string, error) { return w.tagOf(ctx, cc, addr) })
-		mu.Lock()
-		defer mu.Unlock()
-		now = append(now, addr)
-		if err != nil {
-			errs[addr] = err
-		}
-		return nil
-	})
-	if err != nil {
-		return map[string]error{"": &Error{Reason: "list the primaries", Err: err}}
+	var wg sync.WaitGroup
+	for addr, keys := range since.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := w.waitFor(ctx, cc, addr, keys)
+			if err != nil {
+				mu.Lock()
+				errs[addr] = err
+				mu.Unlock()
+			}
+		}()
 	}
-	slices.Sort(now)
-	if !slices.Equal(now, since.primaries) {
-		return map[string]error{"": &Error{Reason: fmt.Sprintf(
-			"the primaries changed during the writes (%v, now %v): what the old ones took may be missing", since.primaries, now)}}
-	}
+	wg.Wait()
 	if len(errs) == 0 {
 		return nil
 	}
 	return errs
 }
 
-// Failed reports whether the writes to key are in doubt after WaitEach gave
-// errs: its primary failed, or the topology changed.
-func (w *Waiter) Failed(ctx context.Context, errs map[string]error, key string) error {
+// Failed returns the error, after WaitEach gave errs, of the primary that
+// Begin saw owning key; nil when its writes are on the replicas.
+func (w *Waiter) Failed(errs map[string]error, since Topology, key string) error {
 	if len(errs) == 0 {
 		return nil
 	}
-	if err, ok := errs[""]; ok {
-		return err
-	}
-	cc, ok := w.rdb.(*redis.ClusterClient)
-	if !ok {
-		for _, err := range errs {
-			return err
+	for addr, keys := range since.nodes {
+		if slices.Contains(keys, key) {
+			return errs[addr]
 		}
 	}
-	node, err := cc.MasterForKey(ctx, key)
-	if err != nil {
-		return &Error{Reason: "find the primary of " + key, Err: err}
+	for _, err := range errs { // one Redis
+		return err
 	}
-	return errs[node.Options().Addr]
+	return nil
 }
 
-func (w *Waiter) primaries(ctx context.Context, cc *redis.ClusterClient) ([]string, error) {
-	var mu sync.Mutex
-	var addrs []string
-	err := cc.ForEachMaster(ctx, func(_ context.Context, node *redis.Client) error {
-		mu.Lock()
-		defer mu.Unlock()
-		addrs = append(addrs, node.Options().Addr)
-		return nil
-	})
-	slices.Sort(addrs)
-	return addrs, err
+// waitFor waits for the replicas of the primary addr, which owned keys when
+// Begin looked; it fails if one of them has another owner now.
+func (w *Waiter) waitFor(ctx context.Context, cc *redis.ClusterClient, addr string, keys []string) error {
+	var node *redis.Client
+	for _, k := range keys {
+		n, err := cc.MasterForKey(ctx, k)
+		if err != nil {
+			return &Error{Node: addr, Reason: "find the primary of " + k, Err: err}
+		}
+		if a := n.Options().Addr; a != addr {
+			return &Error{Node: addr, Reason: fmt.Sprintf(
+				"%s moved to %s during the writes: what %s took may be missing there", k, a, addr)}
+		}
+		node = n
+	}
+	tags := make([]string, 0, markerTries)
+	for _, k := range keys {
+		if t := hashTag(k); !slices.Contains(tags, t) {
+			tags = append(tags, t)
+			if len(tags) == markerTries {
+				break
+			}
+		}
+	}
+	return w.waitOn(ctx, node, tags)
 }
 
-// waitOn writes a marker on one connection of c, in the slot of the tag
-// that tag gives, and waits there for the replicas. A marker sent on by a
-// moving slot (MOVED, ASK) is tried in another slot.
-func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tag func() (string, error)) error {
+// waitOn writes a marker on one connection of c, in the slot of the first
+// of tags, and waits there for the replicas, in one round trip. A marker
+// sent on by a moving slot (MOVED, ASK) is tried in the next.
+func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tags []string) error {
 	node := c.Options().Addr
 	conn := c.Conn()
 	defer conn.Close()
+	var set *redis.StatusCmd
+	var wait *redis.IntCmd
 	var err error
-	for range markerTries {
-		var t string
-		if t, err = tag(); err != nil {
-			return &Error{Node: node, Reason: "find a slot of its own", Err: err}
-		}
-		key := w.prefix + "replicated:{" + t + "}"
-		if err = conn.Set(ctx, key, 1, markerTTL).Err(); err == nil || !isRedirect(err) {
+	for _, t := range tags {
+		_, _ = conn.Pipelined(ctx, func(p redis.Pipeliner) error { // each command's error is read below
+			set = p.Set(ctx, w.prefix+"replicated:{"+t+"}", 1, markerTTL)
+			wait = waitCmd(ctx, p, w.replicas, w.timeout)
+			return nil
+		})
+		if err = set.Err(); err == nil || !isRedirect(err) {
 			break
 		}
-		w.forget(node)
 	}
 	if err != nil {
 		return &Error{Node: node, Reason: "write the replication marker", Err: err}
 	}
-	acked, err := conn.Wait(ctx, w.replicas, w.timeout).Result()
+	acked, err := wait.Result()
 	if err != nil {
 		return &Error{Node: node, Reason: "wait for replicas", Err: err}
 	}
@@ -240,40 +249,27 @@ func (w *Waiter) waitOn(ctx context.Context, c *redis.Client, tag func() (string
 	return nil
 }
 
+// waitCmd queues WAIT on p. (A Pipeliner has no Wait method; the client
+// gives a pipeline its read timeout, 3 s, which WAIT's timeout stays under:
+// app bounds redis.wait_timeout.)
+func waitCmd(ctx context.Context, p redis.Pipeliner, replicas int, timeout time.Duration) *redis.IntCmd {
+	cmd := redis.NewIntCmd(ctx, "wait", replicas, timeout.Milliseconds())
+	_ = p.Process(ctx, cmd)
+	return cmd
+}
+
 // markerTries is how many slots a marker is tried in.
 const markerTries = 4
 
-// tagOf returns a hash tag whose slot addr owns, by the client's slot map:
-// found once by trying "0", "1", … (a slot map is local, a lookup cheap),
-// then kept until a marker there is redirected; the search for the next
-// one starts after it.
-func (w *Waiter) tagOf(ctx context.Context, cc *redis.ClusterClient, addr string) (string, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n, ok := w.tags[addr]; ok {
-		return strconv.Itoa(n), nil
-	}
-	for n := w.from[addr]; n < w.from[addr]+1<<16; n++ {
-		node, err := cc.MasterForKey(ctx, "{"+strconv.Itoa(n)+"}")
-		if err != nil {
-			return "", err
-		}
-		if node.Options().Addr == addr {
-			w.tags[addr] = n
-			return strconv.Itoa(n), nil
+// hashTag is what a cluster hashes of key: the part between the first "{"
+// and the next "}", when not empty; else the whole key.
+func hashTag(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if n := strings.IndexByte(key[open+1:], '}'); n > 0 {
+			return key[open+1 : open+1+n]
 		}
 	}
-	return "", fmt.Errorf("no slot of %s in the slot map", addr)
-}
-
-// forget drops addr's tag after a marker there was redirected.
-func (w *Waiter) forget(addr string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if n, ok := w.tags[addr]; ok {
-		w.from[addr] = n + 1
-		delete(w.tags, addr)
-	}
+	return key
 }
 
 func isRedirect(err error) bool {

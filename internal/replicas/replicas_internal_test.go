@@ -3,11 +3,8 @@ package replicas
 import (
 	"context"
 	"errors"
-	"strconv"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
@@ -29,9 +26,10 @@ func TestErrorIsUnavailable(t *testing.T) {
 	}
 }
 
-// A Wait whose primaries are not those its Begin saw fails: a write that
-// a replaced primary took may be missing on its successor.
-func TestWaitFailsWhenThePrimariesChanged(t *testing.T) {
+// A Wait whose key owners are not those its Begin saw fails: a write that
+// a replaced primary took may be missing on its successor. One whose owners
+// are the same waits on each owner alone.
+func TestWaitFailsWhenTheOwnersChanged(t *testing.T) {
 	if testenv.RedisClusterURL() == "" {
 		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
 	}
@@ -39,26 +37,40 @@ func TestWaitFailsWhenThePrimariesChanged(t *testing.T) {
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	w := New(rdb, prefix, 1, time.Second)
 	ctx := context.Background()
-	since := w.Begin(ctx)
-	if len(since.primaries) != 3 {
-		t.Fatalf("Begin saw %v, want the 3 primaries", since.primaries)
+	keys := []string{prefix + "feed:{1}", prefix + "feed:{2}", prefix + "feed:{3}", prefix + "feed:{4}"}
+	since := w.Begin(ctx, keys...)
+	if len(since.nodes) < 2 {
+		t.Fatalf("Begin saw %v: the keys should spread over the primaries", since.nodes)
 	}
 	if err := w.Wait(ctx, since); err != nil {
 		t.Fatalf("nothing changed: %v", err)
 	}
-	before := Topology{primaries: append([]string{"127.0.0.1:1"}, since.primaries[1:]...)} // as if one was replaced
-	err := w.Wait(ctx, before)
-	var re *Error
-	if !errors.As(err, &re) || re.Node != "" {
-		t.Fatalf("want a topology error, got %v", err)
+	var addr string
+	for a := range since.nodes {
+		addr = a
 	}
+	moved := Topology{nodes: map[string][]string{"127.0.0.1:1": since.nodes[addr]}} // as if it was replaced
+	err := w.Wait(ctx, moved)
+	var re *Error
+	if !errors.As(err, &re) || re.Node != "127.0.0.1:1" || !errors.Is(err, domain.ErrUnavailable) {
+		t.Fatalf("want an error naming the replaced primary, got %v", err)
+	}
+	if got := w.Failed(w.WaitEach(ctx, moved), moved, since.nodes[addr][0]); got == nil {
+		t.Errorf("the key of the replaced primary is not in doubt")
+	}
+}
 
-	// Every primary got a marker in a slot of its own.
-	cc := rdb.(*redis.ClusterClient)
-	for addr, n := range w.tags {
-		node, err := cc.MasterForKey(ctx, "{"+strconv.Itoa(n)+"}")
-		if err != nil || node.Options().Addr != addr {
-			t.Errorf("tag %d of %s is on %v (%v)", n, addr, node, err)
+func TestHashTag(t *testing.T) {
+	for key, want := range map[string]string{
+		"nf:feed:{42}":   "42",
+		"nf:tickets:{3}": "3",
+		"nf:tickets":     "nf:tickets", // no tag: the whole key
+		"nf:{}:x":        "nf:{}:x",    // an empty tag hashes the whole key
+		"a{b}c{d}":       "b",          // the first tag
+		"nf:{unclosed":   "nf:{unclosed",
+	} {
+		if got := hashTag(key); got != want {
+			t.Errorf("hashTag(%q) = %q, want %q", key, got, want)
 		}
 	}
 }
