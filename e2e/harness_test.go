@@ -487,6 +487,16 @@ func (c *cluster) markFeedsBuilt(users []int64) {
 // holds the post" cannot pass on an unreachable or broken Redis.
 func (c *cluster) feedsHolding(users []int64, postID int64) int {
 	c.t.Helper()
+	n, err := c.countFeedsHolding(users, postID)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return n
+}
+
+// countFeedsHolding is feedsHolding with the first Redis error returned,
+// for a caller that waits through a failover.
+func (c *cluster) countFeedsHolding(users []int64, postID int64) (int, error) {
 	rdb := c.redis()
 	ctx := context.Background()
 	n := 0
@@ -504,11 +514,11 @@ func (c *cluster) feedsHolding(users []int64, postID int64) int {
 				n++
 			case errors.Is(err, redis.Nil): // not in that feed (or no feed)
 			default:
-				c.t.Fatalf("ZSCORE of post %d in %s: %v", postID, c.feedKey(users[start+i]), err)
+				return n, fmt.Errorf("ZSCORE of post %d in %s: %w", postID, c.feedKey(users[start+i]), err)
 			}
 		}
 	}
-	return n
+	return n, nil
 }
 
 // outboxStatus returns the status of one outbox row.
