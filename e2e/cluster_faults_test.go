@@ -90,26 +90,8 @@ func (c *cluster) clusterNodes(ctx context.Context, rdb *redis.ClusterClient) []
 	return nodes
 }
 
-// processID returns the pid of the redis-server at addr.
-func processID(t *testing.T, addr string) int {
-	t.Helper()
-	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	defer rdb.Close()
-	info, err := rdb.Info(context.Background(), "server").Result()
-	require.NoError(t, err)
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "process_id:"); ok {
-			pid, err := strconv.Atoi(v)
-			require.NoError(t, err)
-			return pid
-		}
-	}
-	t.Fatalf("no process_id in INFO server of %s", addr)
-	return 0
-}
-
-// waitClusterOK waits until every node that answers says cluster_state:ok
-// and addr (the killed primary) is no longer a primary that owns slots.
+// waitFailedOver waits until every node that answers says cluster_state:ok
+// and dead (the killed primary) is no longer a primary that owns slots.
 func (c *cluster) waitFailedOver(ctx context.Context, rdb *redis.ClusterClient, dead string) {
 	c.t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
@@ -205,7 +187,7 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 		posts = append(posts, poster.post("with the replica stopped "+strconv.Itoa(i)).ID)
 	}
 	time.Sleep(time.Second) // writes reach the primary, not its replica
-	require.NoError(t, syscall.Kill(processID(t, dead), syscall.SIGKILL))
+	require.NoError(t, syscall.Kill(testenv.RedisPID(t, dead), syscall.SIGKILL))
 	resume()
 	killed := time.Now()
 	t.Logf("killed the primary %s mid fan-out, its replica a second behind", dead)

@@ -87,9 +87,16 @@ func replicaPID(t testing.TB, primary *redis.Client) int {
 	if addr == "" {
 		t.Fatalf("primary %s has no replica:\n%s", primary.Options().Addr, info)
 	}
-	replica := redis.NewClient(&redis.Options{Addr: addr})
-	defer replica.Close()
-	server, err := replica.Info(ctx, "server").Result()
+	return RedisPID(t, addr)
+}
+
+// RedisPID returns the process id of the redis-server at addr, a process
+// of this machine.
+func RedisPID(t testing.TB, addr string) int {
+	t.Helper()
+	rdb := redis.NewClient(&redis.Options{Addr: addr})
+	defer rdb.Close()
+	server, err := rdb.Info(context.Background(), "server").Result()
 	if err != nil {
 		t.Fatalf("INFO server of %s: %v", addr, err)
 	}
