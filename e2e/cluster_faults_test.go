@@ -48,6 +48,19 @@ func (c *cluster) restoreCluster() {
 	}
 }
 
+// startWithFollowers gives author n followers (users 1000 on) whose feeds
+// are in Redis, and starts a serve, a dispatcher and two workers.
+func (c *cluster) startWithFollowers(author int64, n int) (*proc, []int64) {
+	c.t.Helper()
+	followers := c.seedFollowers(author, 1000, n)
+	c.markFeedsBuilt(followers)
+	serve := c.start("serve")
+	c.start("dispatch")
+	c.start("work")
+	c.start("work")
+	return serve, followers
+}
+
 // clusterNode is one line of CLUSTER NODES.
 type clusterNode struct {
 	id, addr string
@@ -153,12 +166,7 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	rdb := c.redis().(*redis.ClusterClient)
 
 	const author = 1
-	followers := c.seedFollowers(author, 1000, 20000)
-	c.markFeedsBuilt(followers)
-	serve := c.start("serve")
-	c.start("dispatch")
-	c.start("work")
-	c.start("work")
+	serve, followers := c.startWithFollowers(author, 20000)
 	poster := serve.client(author)
 
 	var posts []int64
@@ -253,12 +261,7 @@ func TestReshardUnderLoad(t *testing.T) {
 	rdb := c.redis().(*redis.ClusterClient)
 
 	const author = 1
-	followers := c.seedFollowers(author, 1000, 3000)
-	c.markFeedsBuilt(followers)
-	serve := c.start("serve")
-	c.start("dispatch")
-	c.start("work")
-	c.start("work")
+	serve, followers := c.startWithFollowers(author, 3000)
 
 	// From the primary with the most slots to the one with the fewest, so
 	// that runs after runs keep the cluster balanced enough.

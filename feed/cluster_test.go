@@ -27,13 +27,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 	f := feed.New(rdb, store.New(testenv.NewPool(t), nil), feed.Config{Prefix: prefix, Cluster: true})
 
 	const author = 1
-	readers := map[int64][]int64{}
-	var followers []int64
-	for u := int64(100); u < 160; u++ { // spread over every primary
-		readers[u] = []int64{author}
-		followers = append(followers, u)
-	}
-	require.NoError(t, f.SeedEmpty(ctx, readers))
+	followers := seedSpreadReaders(t, f, author)
 
 	n, err := f.Push(ctx, author, 11, followers)
 	require.NoError(t, err)
@@ -50,4 +44,19 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 	n, err = f.Push(ctx, author, 12, followers)
 	require.NoError(t, err)
 	require.Equal(t, len(followers), n, "every entry written is counted, once")
+}
+
+// seedSpreadReaders makes users 100–159, whose feeds spread over every
+// primary of the test cluster, readers of author with an empty feed, and
+// returns them.
+func seedSpreadReaders(t *testing.T, f *feed.Feeds, author int64) []int64 {
+	t.Helper()
+	readers := map[int64][]int64{}
+	var followers []int64
+	for u := int64(100); u < 160; u++ {
+		readers[u] = []int64{author}
+		followers = append(followers, u)
+	}
+	require.NoError(t, f.SeedEmpty(context.Background(), readers))
+	return followers
 }

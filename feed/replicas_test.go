@@ -85,13 +85,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 		Prefix: prefix, Cluster: true, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
 	})
 	const author = 1
-	readers := map[int64][]int64{}
-	var followers []int64
-	for u := int64(100); u < 160; u++ { // spread over every primary
-		readers[u] = []int64{author}
-		followers = append(followers, u)
-	}
-	require.NoError(t, f.SeedEmpty(ctx, readers))
+	followers := seedSpreadReaders(t, f, author)
 	n, err := f.Push(ctx, author, 11, followers)
 	require.NoError(t, err, "every primary has a replica that answers")
 	require.Equal(t, len(followers), n)
