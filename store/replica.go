@@ -21,11 +21,13 @@ func (db *DB) WritePosition(ctx context.Context) (int64, error) {
 // Replayed reports whether the read pool has replayed the primary's log up to
 // lsn (a WritePosition), so that its listings show every write committed
 // before it. A read pool that replays nothing — the primary itself, a replica
-// promoted since — never has.
+// promoted since — never has. pg_last_wal_replay_lsn alone does not say so: a
+// primary that went through crash recovery at start keeps answering the last
+// position it recovered, so the pool must also still be in recovery.
 func (db *DB) Replayed(ctx context.Context, lsn int64) (bool, error) {
 	var ok bool
 	err := db.read.QueryRow(ctx,
-		`SELECT COALESCE(pg_last_wal_replay_lsn() - '0/0' >= $1::bigint, false)`, lsn).Scan(&ok)
+		`SELECT pg_is_in_recovery() AND COALESCE(pg_last_wal_replay_lsn() - '0/0' >= $1::bigint, false)`, lsn).Scan(&ok)
 	if err != nil {
 		return false, fmt.Errorf("replayed: %w", err)
 	}
