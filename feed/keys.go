@@ -69,6 +69,11 @@ func Key(prefix string, userID int64) string {
 	return KeyPrefix(prefix) + "{" + strconv.FormatInt(userID, 10) + "}"
 }
 
+// StorageKeys are every Redis key that holds userID's home feed under
+// prefix (not the reader's following hash): what MEMORY USAGE must sum to
+// tell what a feed costs.
+func StorageKeys(prefix string, userID int64) []string { return []string{Key(prefix, userID)} }
+
 // KeyPrefix is how every home feed key under prefix begins.
 func KeyPrefix(prefix string) string { return prefix + "feed:" }
 

@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -13,6 +14,13 @@ import (
 // the tests use it to give a large graph of readers their feeds without a
 // request each; the keys and markers stay this package's business.
 func (f *Feeds) SeedEmpty(ctx context.Context, readers map[int64][]int64) error {
+	return f.seed(ctx, readers, func(p redis.Pipeliner, feed string) {
+		p.ZAdd(ctx, feed, redis.Z{Score: 0, Member: completeMarker}, redis.Z{Score: 0.5, Member: wholeMarker})
+	})
+}
+
+// seed writes each reader's feed with write and their following hash.
+func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(p redis.Pipeliner, feed string)) error {
 	users := make([]int64, 0, len(readers))
 	for u := range readers {
 		users = append(users, u)
@@ -23,7 +31,7 @@ func (f *Feeds) SeedEmpty(ctx context.Context, readers map[int64][]int64) error 
 			for _, u := range users[start:min(start+batch, len(users))] {
 				feed, following := f.keys.feed(u), f.keys.following(u)
 				p.Del(ctx, feed, following)
-				p.ZAdd(ctx, feed, redis.Z{Score: 0, Member: completeMarker}, redis.Z{Score: 0.5, Member: wholeMarker})
+				write(p, feed)
 				p.Expire(ctx, feed, f.cfg.ActiveTTL)
 				fields := []any{versionField, randomVersion()}
 				for _, followee := range readers[u] {
@@ -39,4 +47,26 @@ func (f *Feeds) SeedEmpty(ctx context.Context, readers map[int64][]int64) error 
 		}
 	}
 	return nil
+}
+
+// SeedFull writes, for each reader (mapped to everyone they follow), a
+// complete feed holding postIDs (the newest max_len of them) and their
+// following hash, as if their feed had been read and filled: the bench
+// uses it to measure fan-out and memory at full feeds. The ids must be of
+// posts older than any the caller pushes next.
+func (f *Feeds) SeedFull(ctx context.Context, readers map[int64][]int64, postIDs []int64) error {
+	ids := slices.Clone(postIDs)
+	slices.Sort(ids)
+	ids = slices.Compact(ids)
+	if len(ids) > f.cfg.MaxLen {
+		ids = ids[len(ids)-f.cfg.MaxLen:]
+	}
+	members := make([]redis.Z, 0, len(ids)+1)
+	members = append(members, redis.Z{Score: 0, Member: completeMarker})
+	for _, id := range ids {
+		members = append(members, redis.Z{Score: float64(id), Member: id})
+	}
+	return f.seed(ctx, readers, func(p redis.Pipeliner, feed string) {
+		p.ZAdd(ctx, feed, members...)
+	})
 }
