@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/newsfeed/newsfeed/feed"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,8 +68,10 @@ func TestCelebrityMergedAtReadTime(t *testing.T) {
 	}
 	require.Equal(t, reversed(want), got, "every post once, newest first")
 	// The star's posts came from their timeline in Redis, kept by the workers.
-	timeline := c.prefix + "timeline:{" + strconv.Itoa(star) + "}"
-	require.EqualValues(t, 8+1+2, c.redis().ZCard(context.Background(), timeline).Val(), "8 + 1 posts, the markers: complete, whole history")
+	timeline, err := feed.InspectTimeline(context.Background(), c.redis(), c.prefix, int64(star))
+	require.NoError(t, err)
+	require.True(t, timeline.Complete && timeline.Whole, "complete, whole history")
+	require.Len(t, timeline.IDs, 8+1, "8 + 1 posts")
 
 	// A new read holds every post, the late one first; an unfollow hides the
 	// star's posts at once and leaves the friend's.

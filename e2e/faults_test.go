@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -13,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/newsfeed/newsfeed/feed"
 	"github.com/stretchr/testify/require"
 )
 
@@ -145,13 +144,11 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 						atFollower = followers[(atRow+1)*rowSize-1]
 					}
 					point = fmt.Sprintf("follower %d held post %d", atFollower, atPost)
-					rdb, key, member := c.redis(), c.feedKey(atFollower), strconv.FormatInt(atPost, 10)
+					rdb, follower, post := c.redis(), atFollower, atPost
 					reached = func() bool {
-						err := rdb.ZScore(context.Background(), key, member).Err()
-						if !errors.Is(err, redis.Nil) {
-							require.NoError(t, err)
-						}
-						return err == nil
+						stored, err := feed.Inspect(context.Background(), rdb, c.prefix, follower)
+						require.NoError(t, err)
+						return stored.Has(post)
 					}
 				default:
 					point = fmt.Sprintf("row %d of post %d was done", atRow+1, atPost)

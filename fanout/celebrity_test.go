@@ -33,12 +33,9 @@ func (b *testBundle) timelineKey(authorID int64) string {
 // inTimeline reports whether the author's timeline holds the post.
 func (b *testBundle) inTimeline(t *testing.T, authorID, postID int64) bool {
 	t.Helper()
-	_, err := b.rdb.ZScore(t.Context(), b.timelineKey(authorID), strconv.FormatInt(postID, 10)).Result()
-	if err == redis.Nil {
-		return false
-	}
+	stored, err := feed.InspectTimeline(t.Context(), b.rdb, b.prefix, authorID)
 	require.NoError(t, err)
-	return true
+	return stored.Has(postID)
 }
 
 // feedCommands counts the home feed keys (of its prefix) that Redis
@@ -90,23 +87,12 @@ func (b *testBundle) countedFeeds(t *testing.T, cfg feed.Config) (*feed.Feeds, *
 // feedsHolding counts the users whose feed holds the post, in one round trip.
 func (b *testBundle) feedsHolding(t *testing.T, users []int64, postID int64) int {
 	t.Helper()
-	cmds, err := b.rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
-		for _, u := range users {
-			p.ZScore(t.Context(), b.feedKey(u), strconv.FormatInt(postID, 10))
-		}
-		return nil
-	})
-	if err != nil && err != redis.Nil {
-		require.NoError(t, err)
-	}
+	feeds, err := feed.InspectMany(t.Context(), b.rdb, b.prefix, users)
+	require.NoError(t, err)
 	n := 0
-	for _, c := range cmds {
-		switch err := c.Err(); err {
-		case nil:
+	for _, f := range feeds {
+		if f.Has(postID) {
 			n++
-		case redis.Nil:
-		default:
-			require.NoError(t, err)
 		}
 	}
 	return n

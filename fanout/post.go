@@ -89,8 +89,14 @@ func (w *Worker) pushChunk(ctx context.Context, c domain.ChunkPayload) error {
 // push writes a post into the feeds of the author's followers in (after,
 // until] (until 0: no bound).
 func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64) error {
+	// Read before the pages: a feed whose reader unfollowed someone, or was
+	// rebuilt, after this point is checked against whom they follow now.
+	asOf, err := w.graph.WritePosition(ctx)
+	if err != nil {
+		return err
+	}
 	return w.eachFollowerPage(ctx, authorID, after, until, func(followers []int64) error {
-		added, err := w.feeds.Push(ctx, authorID, postID, followers)
+		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf)
 		w.metrics.entries.Add(float64(added))
 		return err
 	})

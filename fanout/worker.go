@@ -35,6 +35,10 @@ type Graph interface {
 	// ChunkBoundaries returns the follower ids that end each full chunk of
 	// size followers, ascending.
 	ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error)
+	// WritePosition returns how far the primary's write-ahead log goes: a
+	// page of followers read after the call sees every change committed
+	// before it.
+	WritePosition(ctx context.Context) (int64, error)
 	// IsFollowing reports whether follower follows followee now.
 	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
 	// Reach returns how many followers a user has (a maintained count) and
@@ -57,7 +61,8 @@ type Graph interface {
 type Feeds interface {
 	// Push adds a post by authorID to the existing feeds among followers
 	// whose readers follow the author now, and returns how many gained it.
-	Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error)
+	// asOf is the Graph's write position read before the followers were.
+	Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error)
 	// Followed merges the followee's recent posts into the follower's feed
 	// and returns how many were new.
 	Followed(ctx context.Context, follower, followee int64) (int, error)

@@ -302,16 +302,9 @@ func (b *testBundle) feedKey(userID int64) string {
 // marker; nil when the feed does not exist.
 func (b *testBundle) feedPosts(t tb, userID int64) []int64 {
 	t.Helper()
-	members, err := b.rdb.ZRangeArgs(context.Background(),
-		redis.ZRangeArgs{Key: b.feedKey(userID), ByScore: true, Start: "1", Stop: "+inf"}).Result() // post ids only
+	stored, err := feed.Inspect(context.Background(), b.rdb, b.prefix, userID)
 	require.NoError(t, err)
-	var ids []int64
-	for _, m := range members {
-		id, err := strconv.ParseInt(m, 10, 64)
-		require.NoError(t, err)
-		ids = append(ids, id)
-	}
-	return ids
+	return stored.IDs
 }
 
 func (b *testBundle) feedExists(t tb, userID int64) bool {
@@ -408,14 +401,14 @@ type hookedFeeds struct {
 	pushes, followed, unfollowed atomic.Int64
 }
 
-func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error) {
+func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error) {
 	f.pushes.Add(1)
 	if f.beforePush != nil {
 		if err := f.beforePush(ctx); err != nil {
 			return 0, err
 		}
 	}
-	return f.Feeds.Push(ctx, authorID, postID, followers)
+	return f.Feeds.Push(ctx, authorID, postID, followers, asOf)
 }
 
 func (f *hookedFeeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
@@ -469,20 +462,12 @@ func TestPostCreated(t *testing.T) {
 		postID := b.post(t, author)
 		b.deliver(t)
 
-		// ZSCORE of the post in every feed, in one round trip.
-		cmds, err := b.rdb.Pipelined(t.Context(), func(p redis.Pipeliner) error {
-			for _, u := range withFeed {
-				p.ZScore(t.Context(), b.feedKey(u), strconv.FormatInt(postID, 10))
-				p.ZCard(t.Context(), b.feedKey(u))
-			}
-			return nil
-		})
+		// Every feed, in one round trip.
+		feeds, err := feed.InspectMany(t.Context(), b.rdb, b.prefix, withFeed)
 		require.NoError(t, err)
 		for i, u := range withFeed {
-			score, err := cmds[2*i].(*redis.FloatCmd).Result()
-			require.NoError(t, err, "post missing from the feed of follower %d", u)
-			require.EqualValues(t, postID, score, "follower %d", u)
-			require.EqualValues(t, 3, cmds[2*i+1].(*redis.IntCmd).Val(), "follower %d: the markers (complete, whole) and the post", u)
+			require.True(t, feeds[i].Complete && feeds[i].Whole, "follower %d: complete, whole history", u)
+			require.Equal(t, []int64{postID}, feeds[i].IDs, "follower %d: the post", u)
 		}
 		for _, u := range withoutFeed {
 			require.False(t, b.feedExists(t, u), "a feed was created for follower %d, who never read it", u)
@@ -551,11 +536,10 @@ func TestPostCreated(t *testing.T) {
 		}
 		b.deliver(t)
 
-		members, err := b.rdb.ZRangeWithScores(t.Context(), b.feedKey(follower), 0, -1).Result()
+		stored, err := feed.Inspect(t.Context(), b.rdb, b.prefix, follower)
 		require.NoError(t, err)
-		require.Len(t, members, maxLen+1)
-		require.Equal(t, redis.Z{Score: 0, Member: "0"}, members[0], "the complete marker is kept at rank 0")
-		require.Equal(t, posts[len(posts)-maxLen:], b.feedPosts(t, follower), "the newest MaxLen posts are kept")
+		require.True(t, stored.Complete, "the feed stays complete")
+		require.Equal(t, posts[len(posts)-maxLen:], stored.IDs, "the newest MaxLen posts are kept")
 		require.EqualValues(t, 8, b.metric(t, "newsfeed_fanout_entries_total"))
 		b.requireQueueEmpty(t)
 	})

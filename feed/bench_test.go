@@ -18,10 +18,9 @@ import (
 // pushPage is a fan-out page: the followers one Push writes to.
 const pushPage = 1000
 
-// benchFeedKey is the feed key as the feed package names it.
-func benchFeedKey(prefix string, user int64) string {
-	return feed.Key(prefix, user)
-}
+// seededAsOf is the "as of" of seeded feeds: a push whose followers were
+// read after it asks no following hash.
+const seededAsOf = 0
 
 // benchAuthor writes the posts that the push benchmarks fan out.
 const benchAuthor = 1_000_000
@@ -32,15 +31,12 @@ func pushSetup(b *testing.B, rdb *redis.Client, prefix string) []int64 {
 	b.Helper()
 	ctx := b.Context()
 	followers := make([]int64, pushPage)
-	_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range followers {
-			followers[i] = int64(i + 1)
-			p.ZAdd(ctx, benchFeedKey(prefix, followers[i]), redis.Z{Score: 0, Member: "0"}, redis.Z{Score: 0.5, Member: "w"})
-			p.HSet(ctx, prefix+"following:{"+strconv.FormatInt(followers[i], 10)+"}", "v", 1, benchAuthor, 1)
-		}
-		return nil
-	})
-	if err != nil {
+	readers := make(map[int64][]int64, pushPage)
+	for i := range followers {
+		followers[i] = int64(i + 1)
+		readers[followers[i]] = []int64{benchAuthor}
+	}
+	if err := feed.New(rdb, nil, feed.Config{Prefix: prefix}).SeedEmpty(ctx, readers); err != nil {
 		b.Fatalf("create feeds: %v", err)
 	}
 	return followers
@@ -57,7 +53,7 @@ func BenchmarkPush(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		n, err := feeds.Push(ctx, benchAuthor, int64(i+1), followers)
+		n, err := feeds.Push(ctx, benchAuthor, int64(i+1), followers, seededAsOf+1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -75,7 +71,7 @@ func BenchmarkPushRawZADD(b *testing.B) {
 	followers := pushSetup(b, rdb, prefix)
 	keys := make([]string, len(followers))
 	for i, u := range followers {
-		keys[i] = benchFeedKey(prefix, u)
+		keys[i] = prefix + "raw:{" + strconv.FormatInt(u, 10) + "}"
 	}
 	ctx := b.Context()
 
@@ -193,12 +189,19 @@ func BenchmarkRead(b *testing.B) {
 }
 
 // BenchmarkHydrateLimit is the floor under BenchmarkRead, done by hand: one
-// ZREVRANGEBYSCORE for readPage+1 ids, one pipeline of GETs of their posts,
-// and decoding them.
+// ZREVRANGEBYSCORE for readPage+1 ids of a plain sorted set holding the
+// reader's feed, one pipeline of GETs of their posts, and decoding them.
 func BenchmarkHydrateLimit(b *testing.B) {
 	rb := readSetup(b)
 	ctx := b.Context()
-	key := benchFeedKey(rb.prefix, rb.reader)
+	key := rb.prefix + "rawfeed"
+	stored, err := feed.Inspect(ctx, rb.rdb, rb.prefix, rb.reader)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, id := range stored.IDs {
+		rb.rdb.ZAdd(ctx, key, redis.Z{Score: float64(id), Member: id})
+	}
 
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -12,8 +12,8 @@ import (
 )
 
 // Celebrities — authors with more followers than the threshold — are not
-// fanned out: each has a timeline in Redis (a sorted set of their post ids,
-// like a feed, with the same markers), and a home feed read merges the
+// fanned out: each has a timeline in Redis (a set of their post ids, laid
+// out like a feed, with the same flags), and a home feed read merges the
 // timelines of the celebrities its reader follows with the reader's feed.
 //
 // Which of a reader's followees are celebrities is the intersection of
@@ -40,7 +40,8 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 	since := f.replicas.Begin(ctx, f.keys.pulled(), f.keys.timeline(authorID))
 	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
 	if err == nil {
-		_, err = f.runOverKeys(ctx, pushScript, []string{f.keys.timeline(authorID)}, 1, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), "", 0)
+		keys := []string{f.keys.timeline(authorID), f.keys.timelineTail(authorID)}
+		_, err = f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), "", 0, 0)
 	}
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -54,7 +55,8 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
 	since := f.replicas.Begin(ctx, f.keys.timeline(authorID))
-	_, err := f.runOverKeys(ctx, removeScript, []string{f.keys.timeline(authorID)}, 1, postID)
+	keys := []string{f.keys.timeline(authorID), f.keys.timelineTail(authorID)}
+	_, err := f.runOverKeys(ctx, removeScript, keys, 2, postID)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}

@@ -29,6 +29,9 @@ type Store interface {
 	// PulledAuthors returns the authors whose posts were ever pulled into
 	// feeds at read time instead of pushed.
 	PulledAuthors(ctx context.Context) ([]int64, error)
+	// WritePosition returns how far the primary's write-ahead log goes:
+	// every transaction committed before the call ends at or below it.
+	WritePosition(ctx context.Context) (int64, error)
 }
 
 // Config configures Feeds. Zero fields take the defaults named.
@@ -127,7 +130,3 @@ func (f *Feeds) ttlSeconds() int64 { return int64(f.cfg.ActiveTTL / time.Second)
 // soon if nobody reads it again. The finish gives the set feed.active_days.
 func (f *Feeds) buildTTLSeconds() int64 { return int64(2 * f.cfg.RebuildLock / time.Second) }
 
-// trimSlack is how many entries over max_len a set may hold before a push
-// trims it back: a sixteenth of max_len, so a trim removes many entries at
-// once instead of one at every push.
-func trimSlack(maxLen int) int { return max(maxLen/16, 0) }

@@ -86,6 +86,14 @@ func (b *bundle) follow(t *testing.T, follower, followee int64) {
 	require.NoError(t, err)
 }
 
+// now is the write position a fan-out reads before its pages of followers.
+func (b *bundle) now(t *testing.T) int64 {
+	t.Helper()
+	at, err := b.db.WritePosition(context.Background())
+	require.NoError(t, err)
+	return at
+}
+
 func (b *bundle) feedKey(user int64) string {
 	return feed.Key(b.prefix, user)
 }
@@ -157,9 +165,9 @@ func TestRead(t *testing.T) {
 			want = append(want, b.post(t, 1))
 		}
 		require.Equal(t, reversed(want), b.readAll(t, 10, 4))
-		n, err := b.rdb.ZCard(ctx, b.feedKey(10)).Result()
-		require.NoError(t, err)
-		require.EqualValues(t, 5+1, n, "max_len entries and the marker")
+		stored := b.stored(t, 10)
+		require.True(t, stored.Complete)
+		require.Len(t, stored.IDs, 5, "max_len entries")
 	})
 
 	t.Run("a cursor is stable when posts are created between pages", func(t *testing.T) {
@@ -173,7 +181,7 @@ func TestRead(t *testing.T) {
 		page, err := b.feeds.Read(ctx, 10, 0, 2)
 		require.NoError(t, err)
 		newer := b.post(t, 1)
-		_, err = b.feeds.Push(ctx, 1, newer, []int64{10})
+		_, err = b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t))
 		require.NoError(t, err)
 		got := []int64{page.Posts[0].ID, page.Posts[1].ID}
 		for before := page.Next; before != 0; {
@@ -259,7 +267,7 @@ func TestRead(t *testing.T) {
 		// A post created and fanned out while the rebuild reads PostgreSQL:
 		// the rebuild's snapshot may miss it, the push must not.
 		newer := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, newer, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t))
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the feed under rebuild accepts pushes")
 		close(b.store.gate)
@@ -271,13 +279,12 @@ func TestRead(t *testing.T) {
 		b := setup(t, feed.Config{})
 		b.follow(t, 10, 1)
 		id := b.post(t, 1)
-		// What a crashed rebuild leaves: the placeholder and no complete marker.
-		require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), redis.Z{Score: -1, Member: "-1"}).Err())
+		// What a crashed rebuild leaves: its token in the head, not complete.
+		require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), feed.BuildingHead(), 0).Err())
 		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
-		score, err := b.rdb.ZScore(ctx, b.feedKey(10), "0").Result()
-		require.NoError(t, err)
-		require.Zero(t, score, "the complete marker")
-		require.ErrorIs(t, b.rdb.ZScore(ctx, b.feedKey(10), "-1").Err(), redis.Nil)
+		stored := b.stored(t, 10)
+		require.True(t, stored.Complete, "complete")
+		require.False(t, stored.Building, "the crashed rebuild's token is gone")
 	})
 
 	t.Run("a feed lost with Redis comes back on read", func(t *testing.T) {
@@ -303,18 +310,18 @@ func TestPush(t *testing.T) {
 		b.follow(t, 11, 1)
 		require.Empty(t, b.readAll(t, 10, 20)) // builds feed 10
 		id := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11})
+		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11})
+		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
 		require.NoError(t, err)
 		require.Zero(t, n, "a repeated push adds nothing")
 		exists, err := b.rdb.Exists(ctx, b.feedKey(11)).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists, "no feed is created for a user who never read")
-		members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
-		require.NoError(t, err)
-		require.Equal(t, []string{"0", "w", strconv.FormatInt(id, 10)}, members, "the marker, whole history, the post")
+		stored := b.stored(t, 10)
+		require.True(t, stored.Complete && stored.Whole, "complete, whole history")
+		require.Equal(t, []int64{id}, stored.IDs, "the post")
 	})
 
 	t.Run("trims to max_len keeping the newest and the marker", func(t *testing.T) {
@@ -323,12 +330,12 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		for id := int64(1); id <= 10; id++ {
-			_, err := b.feeds.Push(ctx, 1, id, []int64{10})
+			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
 			require.NoError(t, err)
 		}
-		members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
-		require.NoError(t, err)
-		require.Equal(t, []string{"0", "8", "9", "10"}, members)
+		stored := b.stored(t, 10)
+		require.True(t, stored.Complete && !stored.Whole, "a complete prefix")
+		require.Equal(t, []int64{8, 9, 10}, stored.IDs)
 	})
 
 	t.Run("scores are exact for the largest post id", func(t *testing.T) {
@@ -337,15 +344,12 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		const maxID = 1<<53 - 1 // the schema caps the post id sequence here
-		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10})
+		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10}, b.now(t))
 		require.NoError(t, err)
-		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10})
+		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10}, b.now(t))
 		require.NoError(t, err)
-		members, err := b.rdb.ZRevRangeWithScores(ctx, b.feedKey(10), 0, 1).Result()
-		require.NoError(t, err)
-		require.Equal(t, strconv.FormatInt(maxID, 10), members[0].Member)
-		require.Equal(t, float64(maxID), members[0].Score)
-		require.Equal(t, float64(maxID-1), members[1].Score)
+		ids := b.stored(t, 10).IDs
+		require.Equal(t, []int64{maxID - 1, maxID}, ids[len(ids)-2:])
 	})
 
 	t.Run("survives Redis forgetting its scripts", func(t *testing.T) {
@@ -354,7 +358,7 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		require.NoError(t, b.rdb.ScriptFlush(ctx).Err())
-		n, err := b.feeds.Push(ctx, 1, 5, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, 5, []int64{10}, b.now(t))
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	})
@@ -375,9 +379,9 @@ func TestFollowAndUnfollow(t *testing.T) {
 	require.Equal(t, 2, n, "backfill merges the followee's newest posts, up to feed.backfill")
 	// p1 was not merged: the feed keeps no entry below p2, and reads go on
 	// in PostgreSQL there, so nothing is skipped.
-	members, err := b.rdb.ZRange(ctx, b.feedKey(10), 0, -1).Result()
-	require.NoError(t, err)
-	require.Equal(t, []string{"0", strconv.FormatInt(p2, 10), strconv.FormatInt(p3, 10)}, members)
+	stored := b.stored(t, 10)
+	require.True(t, stored.Complete && !stored.Whole, "a complete prefix")
+	require.Equal(t, []int64{p2, p3}, stored.IDs)
 	require.Equal(t, []int64{p3, p2, p1, own}, b.readAll(t, 10, 20))
 
 	_, err = b.db.Unfollow(ctx, 10, 2)
@@ -401,7 +405,7 @@ func TestInactiveFeedsExpire(t *testing.T) {
 	require.NoError(t, b.rdb.PExpire(ctx, b.feedKey(10), time.Millisecond).Err())
 	require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.feedKey(10)).Val() == 0 }, time.Second, time.Millisecond)
 	second := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, 1, second, []int64{10})
+	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t))
 	require.NoError(t, err)
 	require.Zero(t, n, "no work and no memory for a reader who is away")
 	// …and their return rebuilds it, with everything.
@@ -467,7 +471,7 @@ func TestFeedsStayComplete(t *testing.T) {
 		b.follow(t, 10, 2)
 		_, err = b.feeds.Followed(ctx, 10, 2) // floored at the second of those three
 		require.NoError(t, err)
-		n, err := b.feeds.Push(ctx, 1, late, []int64{10})
+		n, err := b.feeds.Push(ctx, 1, late, []int64{10}, b.now(t))
 		require.NoError(t, err)
 		require.Zero(t, n, "older than what the prefix holds: left to PostgreSQL")
 		require.Equal(t, b.truth(t, 10), b.readAll(t, 10, 2))

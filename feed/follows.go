@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
@@ -30,7 +31,7 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 }
 
 func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, error) {
-	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
+	keys := []string{f.keys.feed(follower), f.keys.feedTail(follower), f.keys.following(follower)}
 	there, err := followScript.Run(ctx, f.rdb, keys, followee, f.ttlSeconds()).Int()
 	if err != nil {
 		return 0, err
@@ -78,9 +79,17 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 }
 
 func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error {
-	keys := []string{f.keys.feed(follower), f.keys.following(follower)}
+	keys := []string{f.keys.feed(follower), f.keys.feedTail(follower), f.keys.following(follower)}
+	// Read now, after the unfollow was committed (its event is being
+	// handled): a page of followers read after this position no longer
+	// holds the follower, and one read before it makes the push script ask
+	// the following hash.
+	asOf, err := f.store.WritePosition(ctx)
+	if err != nil {
+		return err
+	}
 	for range 3 {
-		seen, since, err := f.lowestEntry(ctx, keys[0])
+		seen, since, err := f.lowestEntry(ctx, f.keys.feedSet(follower))
 		if err != nil {
 			return err
 		}
@@ -98,7 +107,7 @@ func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error 
 				before = page[len(page)-1]
 			}
 		}
-		args := append([]any{followee, f.ttlSeconds(), seen}, int64sToArgs(ids)...)
+		args := append([]any{followee, f.ttlSeconds(), seen, asOf}, int64sToArgs(ids)...)
 		n, err := unfollowScript.Run(ctx, f.rdb, keys, args...).Int()
 		if err != nil {
 			return err
@@ -112,26 +121,36 @@ func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error 
 
 // lowestEntry tells from which id a followee's posts in a feed may start —
 // its lowest post entry, or 0 when the feed is whole — and the same as the
-// unfollow script takes it ("-" when the feed holds no post).
-func (f *Feeds) lowestEntry(ctx context.Context, feedKey string) (seen string, since int64, err error) {
-	var lowest *redis.ZSliceCmd
-	var whole *redis.FloatCmd
-	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		lowest = p.ZRangeArgsWithScores(ctx, redis.ZRangeArgs{Key: feedKey, Start: 1, Stop: "+inf", ByScore: true, Count: 1})
-		whole = p.ZScore(ctx, feedKey, wholeMarker)
+// unfollow script takes it ("-" when the feed holds no post, or is not
+// there: the script then drops what is left of it).
+func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, since int64, err error) {
+	var headCmd, lowest *redis.StringCmd
+	// Each command's error is its own (decodeSet tells a missing key or a
+	// foreign type from a failure).
+	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		headCmd, lowest = p.Get(ctx, set.head), p.GetRange(ctx, set.tail, 0, entryLen-1)
 		return nil
 	})
-	if err = firstError(cmds, err); err != nil {
+	headV, headErr := headCmd.Bytes()
+	if err := cmp.Or(failure(headErr), failure(lowest.Err())); err != nil {
 		return "", 0, err
 	}
-	if whole.Err() == nil {
+	h, ok := parseHead(headV)
+	switch {
+	case !ok:
+		return "-", 0, nil
+	case h.flags&flagWhole != 0:
 		return "0", 0, nil // any post of the followee may be there
 	}
-	low := lowest.Val()
-	if len(low) == 0 {
+	low := []byte(lowest.Val())
+	if h.tailN == 0 {
+		low = h.recent
+	}
+	if len(low) < entryLen {
 		return "-", 0, nil
 	}
-	return strconv.FormatInt(int64(low[0].Score), 10), int64(low[0].Score), nil
+	id := unpackIDs(low[:entryLen])[0]
+	return strconv.FormatInt(id, 10), id, nil
 }
 
 // unfollowPage is how many post ids an unfollow reads from PostgreSQL at once.

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -80,15 +79,15 @@ func ids(posts []domain.Post) []int64 {
 // would show of them.
 func (b *bundle) feedMembers(t *testing.T, user int64) []int64 {
 	t.Helper()
-	members, err := b.rdb.ZRangeArgs(context.Background(), redis.ZRangeArgs{Key: b.feedKey(user), ByScore: true, Start: "1", Stop: "+inf"}).Result()
+	return b.stored(t, user).IDs
+}
+
+// stored is a feed as Redis holds it.
+func (b *bundle) stored(t *testing.T, user int64) feed.Stored {
+	t.Helper()
+	s, err := feed.Inspect(context.Background(), b.rdb, b.prefix, user)
 	require.NoError(t, err)
-	var out []int64
-	for _, m := range members {
-		id, err := strconv.ParseInt(m, 10, 64)
-		require.NoError(t, err)
-		out = append(out, id)
-	}
-	return out
+	return s
 }
 
 func (b *bundle) unfollow(t *testing.T, follower, followee int64) {
@@ -130,8 +129,9 @@ func TestPushAfterUnfollowNeverShows(t *testing.T) {
 	kept := b.post(t, 2)
 	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
 	late := b.post(t, 1) // its fan-out read follower 10 before the unfollow…
+	asOf := b.now(t)
 	b.unfollow(t, 10, 1)
-	n, err := b.feeds.Push(ctx, 1, late, []int64{10}) // …and writes after it
+	n, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf) // …and writes after it
 	require.NoError(t, err)
 	require.Zero(t, n, "the feed refuses a post of an author its reader does not follow")
 	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
@@ -268,12 +268,12 @@ func TestRebuildWaitRunsOut(t *testing.T) {
 	b.follow(t, 10, 1)
 	want := []int64{b.post(t, 1), b.post(t, 1), b.post(t, 1)}
 	slices.Reverse(want)
-	// Another reader's rebuild, stuck: its lock, its placeholder.
+	// Another reader's rebuild, stuck: its lock, its token in the head.
 	require.NoError(t, b.rdb.Set(ctx, b.prefix+"feedlock:{10}", "someone else", time.Minute).Err())
-	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), redis.Z{Score: -1, Member: "bsomeone"}).Err())
+	require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), feed.BuildingHead(), time.Minute).Err())
 	require.Equal(t, want, b.readAll(t, 10, 2))
 	require.Equal(t, int32(0), b.store.rebuilds.Load(), "this reader did not rebuild")
-	require.ErrorIs(t, b.rdb.ZScore(ctx, b.feedKey(10), "0").Err(), redis.Nil, "and the feed is still not complete")
+	require.False(t, b.stored(t, 10).Complete, "and the feed is still not complete")
 }
 
 // celebrityBundle sets up authors 1001..1000+n with two followers each (the
@@ -346,8 +346,8 @@ func TestMissingTimelinesRebuiltTogether(t *testing.T) {
 	var loads atomic.Int64
 	release := make(chan struct{})
 	b.rdb.AddHook(&redisHook{before: func(cmd redis.Cmder) {
-		// A timeline rebuild's placeholder: the rebuild then reads PostgreSQL.
-		if cmd.Name() == "zadd" && strings.Contains(fmt.Sprint(cmd.Args()), "timeline:{") {
+		// A timeline rebuild's head with its token: the rebuild then reads PostgreSQL.
+		if cmd.Name() == "set" && strings.Contains(fmt.Sprint(cmd.Args()), "timeline:{") {
 			if loads.Add(1) <= 3 {
 				<-release
 			}
@@ -421,10 +421,11 @@ func TestStalePushDuringARebuild(t *testing.T) {
 	b.follow(t, 10, 2)
 	kept := b.post(t, 2)
 	late := b.post(t, 1) // its fan-out read follower 10 before the unfollow
+	asOf := b.now(t)
 	b.unfollow(t, 10, 1) // the feed does not exist (never read, or lost)
 	done := b.readAsync(t, 10)
 	<-gs.entered // the rebuild read PostgreSQL, after the unfollow
-	_, err := b.feeds.Push(ctx, 1, late, []int64{10})
+	_, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf)
 	require.NoError(t, err)
 	close(gate)
 	<-done
@@ -523,7 +524,7 @@ func TestPostFannedOutDuringAFollow(t *testing.T) {
 	}()
 	<-gate.entered // the backfill was read
 	newer := b.post(t, 2)
-	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}) // its fan-out sees follower 10
+	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}, b.now(t)) // its fan-out sees follower 10
 	require.NoError(t, err)
 	close(gate.release)
 	require.NoError(t, <-followed)
@@ -546,7 +547,7 @@ func TestPushesDuringARebuildAreNotTrimmed(t *testing.T) {
 	for range 4 {
 		id := b.post(t, 1)
 		pushed = append(pushed, id)
-		_, err := b.feeds.Push(ctx, 1, id, []int64{10})
+		_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
 		require.NoError(t, err)
 	}
 	deleted := pushed[3]

@@ -1,21 +1,22 @@
-// Package feed is the home feed: a Redis sorted set per user with the ids of
-// the posts pushed to them (member = score = post id, so a second push of the
-// same post changes nothing), trimmed to feed.max_len, read newest first and
+// Package feed is the home feed: a compact set per user in Redis with the
+// ids of the posts pushed to them, ascending and without repeats (a second
+// push of the same post changes nothing), trimmed to feed.max_len, read
+// newest first and
 // hydrated from a post cache with PostgreSQL behind it. Reading past what
 // Redis keeps, and rebuilding a feed Redis lost, go to PostgreSQL.
 //
-// # Markers
+// # Sets
 //
-// A feed (and a celebrity's timeline, which works the same way) holds markers
-// below its post ids, which score 1 and up:
+// A feed (and a celebrity's timeline, which works the same way) is stored
+// compactly, in two strings (see encoding.go), with flags in its header:
 //
-//	"0"        (score 0)    the set is complete: a newest prefix of the truth,
-//	                        every post it should hold down to its lowest entry
-//	"w"        (score 0.5)  it holds the whole history: a read that runs out
-//	                        of it need not ask PostgreSQL
-//	"b<token>" (score -1)   a rebuild (the one holding that token) is filling it
+//	complete  a newest prefix of the truth, every post it should hold down
+//	          to its lowest entry
+//	whole     it holds the whole history: a read that runs out of it need
+//	          not ask PostgreSQL
+//	token     a rebuild (the one holding that token) is filling it
 //
-// The lowest post entry of a complete set is its bound: reads go on in
+// The lowest entry of a complete set is its bound: reads go on in
 // PostgreSQL below it. Removing entries (deletes, unfollows, trims) only
 // raises the bound, which keeps the set a prefix — until a set that is not
 // whole loses its last post: a prefix of nothing knows no bound, so the
@@ -29,8 +30,11 @@
 // PostgreSQL, in the same script that completes the feed, and changed by the
 // follow and unfollow scripts in the same call that changes the feed. The
 // push script adds a post only to the feed of a reader who follows its
-// author by the hash, so a fan-out that read its follower page before an
-// unfollow writes nothing after it. A feed whose hash is missing (it lives
+// author, so a fan-out that read its follower page before an unfollow
+// writes nothing after it: the feed's header says as of which PostgreSQL
+// write position its last rebuild or unfollow is visible, the fan-out reads
+// the write position before its pages, and only a page read before the
+// feed's position makes the script ask the hash. A feed whose hash is missing (it lives
 // feed.active_days from its last rebuild, follow or unfollow, so an active
 // reader's feed is rebuilt about that often) is dropped by the next follow
 // or unfollow, and rebuilt by the next read when celebrities are pulled (the
@@ -38,20 +42,19 @@
 //
 // Writers push only into feeds that exist, so a feed that Redis lost, or that
 // was never read, costs nothing until its owner reads it and it is rebuilt.
-// A rebuild first adds its placeholder so that pushes made while it reads
-// PostgreSQL land in the feed too, and swaps it for "0" at the end — only if
-// its own placeholder is still there: a follow or an unfollow while it read
-// drops the set, and the rebuild gives up.
+// A rebuild first writes an empty head holding its token, so that pushes
+// made while it reads PostgreSQL land in the feed too, and marks it complete
+// at the end — only if its own token is still there: a follow or an
+// unfollow while it read drops the set, a later rebuild replaces the token,
+// and the rebuild gives up.
 package feed
 
 import "strconv"
 
 const (
+	// completeMarker is the member that marks the set of pulled authors
+	// complete.
 	completeMarker = "0"
-	wholeMarker    = "w"
-	// buildingScore is the score of rebuild placeholders, "b" + the
-	// rebuild's token.
-	buildingScore = -1
 	// versionField of the following hash counts its changes; the hash is
 	// complete when it is there.
 	versionField = "v"
@@ -72,12 +75,29 @@ func Key(prefix string, userID int64) string {
 // StorageKeys are every Redis key that holds userID's home feed under
 // prefix (not the reader's following hash): what MEMORY USAGE must sum to
 // tell what a feed costs.
-func StorageKeys(prefix string, userID int64) []string { return []string{Key(prefix, userID)} }
+func StorageKeys(prefix string, userID int64) []string {
+	k := keys{prefix}
+	return []string{k.feed(userID), k.feedTail(userID)}
+}
 
 // KeyPrefix is how every home feed key under prefix begins.
 func KeyPrefix(prefix string) string { return prefix + "feed:" }
 
 func (k keys) feed(userID int64) string { return Key(k.prefix, userID) }
+
+// feedTail holds the older entries of userID's feed (see encoding.go).
+func (k keys) feedTail(userID int64) string {
+	return k.prefix + "feedtail:{" + strconv.FormatInt(userID, 10) + "}"
+}
+
+// setKeys are the two keys of a set (see encoding.go).
+type setKeys struct{ head, tail string }
+
+func (k keys) feedSet(userID int64) setKeys { return setKeys{k.feed(userID), k.feedTail(userID)} }
+
+func (k keys) timelineSet(authorID int64) setKeys {
+	return setKeys{k.timeline(authorID), k.timelineTail(authorID)}
+}
 
 func (k keys) following(userID int64) string {
 	return k.prefix + "following:{" + strconv.FormatInt(userID, 10) + "}"
@@ -89,6 +109,10 @@ func (k keys) rebuildLock(userID int64) string {
 
 func (k keys) timeline(authorID int64) string {
 	return k.prefix + "timeline:{" + strconv.FormatInt(authorID, 10) + "}"
+}
+
+func (k keys) timelineTail(authorID int64) string {
+	return k.prefix + "timelinetail:{" + strconv.FormatInt(authorID, 10) + "}"
 }
 
 func (k keys) timelineLock(authorID int64) string {

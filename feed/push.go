@@ -9,15 +9,19 @@ import (
 )
 
 // Push adds post postID by authorID to the feeds of followers that exist,
-// whose readers follow the author now, and trims them. It returns how many
-// feeds gained the entry (a repeated push gains none).
-func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64) (int, error) {
-	keys := make([]string, 0, 2*len(followers))
+// whose readers follow the author now, and trims them. asOf is the
+// PostgreSQL write position (store.WritePosition) read before the followers
+// were: the feeds whose reader unfollowed someone or was rebuilt since are
+// checked against their following hash, the others need no lookup (0:
+// check every feed). It returns how many feeds gained the entry (a
+// repeated push gains none).
+func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error) {
+	keys := make([]string, 0, 3*len(followers))
 	for _, u := range followers {
-		keys = append(keys, f.keys.feed(u), f.keys.following(u))
+		keys = append(keys, f.keys.feed(u), f.keys.feedTail(u), f.keys.following(u))
 	}
 	since := f.replicas.Begin(ctx, keys...)
-	added, err := f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, trimSlack(f.cfg.MaxLen), authorID, f.buildTTLSeconds())
+	added, err := f.runOverKeys(ctx, pushScript, keys, 3, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), authorID, f.buildTTLSeconds(), asOf)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
@@ -32,12 +36,12 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 	if len(postIDs) == 0 {
 		return nil
 	}
-	keys := make([]string, len(users))
-	for i, u := range users {
-		keys[i] = f.keys.feed(u)
+	keys := make([]string, 0, 2*len(users))
+	for _, u := range users {
+		keys = append(keys, f.keys.feed(u), f.keys.feedTail(u))
 	}
 	since := f.replicas.Begin(ctx, keys...)
-	_, err := f.runOverKeys(ctx, removeScript, keys, 1, int64sToArgs(postIDs)...)
+	_, err := f.runOverKeys(ctx, removeScript, keys, 2, int64sToArgs(postIDs)...)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
@@ -76,11 +80,12 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 }
 
 func (f *Feeds) drop(ctx context.Context, userID int64) error {
-	return f.rdb.Del(ctx, f.keys.feed(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
+	return f.rdb.Del(ctx, f.keys.feed(userID), f.keys.feedTail(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
 }
 
 // runOverKeys runs a script that changes many sets alike, whose KEYS come
-// in groups of keysPer (a feed, or a feed and its following hash): one call
+// in groups of keysPer (a set's head and tail, and for a feed its reader's
+// following hash): one call
 // per maxScriptKeys groups on a single Redis, one call per group on a Redis
 // Cluster (a script may only touch keys of one slot, and the keys of a group
 // share one), in pipelines of at most maxPipeline calls. It returns the sum

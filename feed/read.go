@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
+	"sort"
 
 	"github.com/redis/go-redis/v9"
 	"golang.org/x/sync/errgroup"
@@ -122,9 +122,9 @@ func (r *feedReader) next(ctx context.Context, before int64, n int) (ids []int64
 			sets = feedOnly // the one source, read already
 		}
 	}
-	keys := []string{f.keys.feed(r.user)}
+	keys := []setKeys{f.keys.feedSet(r.user)}
 	for _, c := range r.celebs {
-		keys = append(keys, f.keys.timeline(c))
+		keys = append(keys, f.keys.timelineSet(c))
 	}
 	if sets == nil {
 		if sets, _, err = f.readSets(ctx, r.user, keys, before, n, false); err != nil {
@@ -168,7 +168,7 @@ func (r *feedReader) next(ctx context.Context, before int64, n int) (ids []int64
 // read.
 func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet, error) {
 	f := r.f
-	keys := []string{f.keys.feed(r.user)}
+	keys := []setKeys{f.keys.feedSet(r.user)}
 	sets, meta, err := f.readSets(ctx, r.user, keys, before, n, true)
 	if err != nil {
 		return nil, err
@@ -196,7 +196,7 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 
 // rebuildMissing rebuilds the sources that are not complete, all at once,
 // and reads them again.
-func (r *feedReader) rebuildMissing(ctx context.Context, keys []string, sets []sourceSet, before int64, n int) ([]sourceSet, error) {
+func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []sourceSet, before int64, n int) ([]sourceSet, error) {
 	f := r.f
 	g, gctx := errgroup.WithContext(ctx)
 	missing := false
@@ -230,28 +230,24 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []string, sets []s
 	return sets, nil
 }
 
-// readSets reads each sorted set's markers and up to n ids below before in
-// one round trip, and keeps each alive for feed.active_days; keys[0] is the
+// readSets reads each set (its head and tail) in one round trip, keeps up to
+// n ids below before,, and keeps each alive for feed.active_days; keys[0] is the
 // user's feed, complete only with its following hash (which lives
 // feed.active_days from its last change: an active reader's feed is rebuilt
 // that often). withMeta also reads what the first read of a page needs when
 // celebrities are pulled: the cached celebrity list and the state of the
 // set of pulled authors.
-func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
-	markers := make([]*redis.FloatCmd, len(keys))
-	wholes := make([]*redis.FloatCmd, len(keys))
-	ranges := make([]*redis.StringSliceCmd, len(keys))
+func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
+	heads := make([]*redis.StringCmd, len(keys))
+	tails := make([]*redis.StringCmd, len(keys))
 	var version, celebs *redis.StringCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
 	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
-			markers[i] = p.ZScore(ctx, key, completeMarker)
-			wholes[i] = p.ZScore(ctx, key, wholeMarker)
-			ranges[i] = p.ZRevRangeByScore(ctx, key, &redis.ZRangeBy{
-				Max: "(" + strconv.FormatInt(before, 10), Min: "1", Count: int64(n), // post ids only
-			})
-			p.Expire(ctx, key, f.cfg.ActiveTTL) // a read keeps the feed
+			heads[i], tails[i] = p.Get(ctx, key.head), p.Get(ctx, key.tail)
+			p.Expire(ctx, key.head, f.cfg.ActiveTTL) // a read keeps the feed
+			p.Expire(ctx, key.tail, f.cfg.ActiveTTL)
 		}
 		version = p.HGet(ctx, f.keys.following(user), versionField)
 		if withMeta && f.cfg.CelebrityThreshold > 0 {
@@ -261,20 +257,25 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []string, before 
 		}
 		return nil
 	})
-	if err = firstError(cmds, err); err != nil {
+	if err = failure(firstError(cmds, err)); err != nil {
 		return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
 	}
 	sets := make([]sourceSet, len(keys))
 	for i := range keys {
-		if markers[i].Err() != nil { // redis.Nil: no complete marker
+		headV, headErr := heads[i].Bytes()
+		tailV, tailErr := tails[i].Bytes()
+		set, err := decodeSet(headV, headErr, tailV, tailErr)
+		if err != nil {
+			return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
+		}
+		if !set.complete {
 			continue
 		}
 		sets[i].complete = i > 0 || version.Err() == nil
-		sets[i].whole = wholes[i].Err() == nil
-		for _, m := range ranges[i].Val() {
-			if id, err := strconv.ParseInt(m, 10, 64); err == nil {
-				sets[i].ids = append(sets[i].ids, id)
-			}
+		sets[i].whole = set.whole
+		// Newest first below before, up to n.
+		for j := sort.Search(len(set.ids), func(j int) bool { return set.ids[j] >= before }) - 1; j >= 0 && len(sets[i].ids) < n; j-- {
+			sets[i].ids = append(sets[i].ids, set.ids[j])
 		}
 	}
 	meta := readMeta{followingVersion: version.Val()}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -19,7 +18,7 @@ import (
 // max_len posts of the people the user follows, and whom they follow.
 func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
 	return f.rebuildSet(ctx, rebuildTarget{
-		set:       f.keys.feed(userID),
+		set:       f.keys.feedSet(userID),
 		following: f.keys.following(userID),
 		lock:      f.keys.rebuildLock(userID),
 		load: func(ctx context.Context) (rebuilt, error) {
@@ -41,7 +40,7 @@ func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
 // posts, as a feed rebuild does.
 func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 	return f.rebuildSet(ctx, rebuildTarget{
-		set:  f.keys.timeline(authorID),
+		set:  f.keys.timelineSet(authorID),
 		lock: f.keys.timelineLock(authorID),
 		load: func(ctx context.Context) (rebuilt, error) {
 			ids, err := f.store.AuthorPostIDsSince(ctx, authorID, 0, f.cfg.MaxLen)
@@ -50,10 +49,11 @@ func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 	})
 }
 
-// rebuildTarget is a sorted set to rebuild: a feed (with its following
-// hash) or a timeline.
+// rebuildTarget is a set to rebuild (its head and tail keys): a feed (with
+// its following hash) or a timeline.
 type rebuildTarget struct {
-	set, following, lock string
+	set             setKeys
+	following, lock string
 	load                 func(context.Context) (rebuilt, error)
 }
 
@@ -66,16 +66,16 @@ type rebuilt struct {
 
 // rebuildSet fills a set that is not complete with what t.load returns. One
 // reader rebuilds, under a lock; the others wait for it, up to RebuildWait.
-// Posts pushed while the rebuild reads PostgreSQL are kept: its placeholder
-// makes the set exist, so pushes land in it. A follow or an unfollow while
-// it reads drops the set with the placeholder, and so does a later rebuild
-// (this one's lock ran out): the rebuild then gives up, and the next read
-// rebuilds with the news.
+// Posts pushed while the rebuild reads PostgreSQL are kept: its token in an
+// empty head makes the set exist, so pushes land in it. A follow or an
+// unfollow while it reads drops the set with the token, and a later rebuild
+// (this one's lock ran out) replaces it: the rebuild then gives up, and the
+// next read rebuilds with the news.
 func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	token := randomToken()
 	ok, err := f.rdb.SetNX(ctx, t.lock, token, f.cfg.RebuildLock).Result()
 	if err != nil {
-		return fmt.Errorf("rebuild %s: lock: %w", t.set, err)
+		return fmt.Errorf("rebuild %s: lock: %w", t.set.head, err)
 	}
 	if !ok {
 		return f.awaitRebuild(ctx, t)
@@ -91,36 +91,41 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		return err
 	}
 
-	placeholder := "b" + token
+	building := head{token: buildToken()}
 	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// Start afresh: an incomplete set may hold anything, and a slower
-		// rebuild's placeholder must go so that it gives up.
-		p.Del(ctx, t.set)
-		p.ZAdd(ctx, t.set, redis.Z{Score: buildingScore, Member: placeholder})
-		// It expires soon, should this rebuild never finish.
-		p.Expire(ctx, t.set, time.Duration(f.buildTTLSeconds())*time.Second)
+		// rebuild's token must go so that it gives up. The head expires
+		// soon, should this rebuild never finish.
+		p.Del(ctx, t.set.head, t.set.tail)
+		p.Set(ctx, t.set.head, building.value(), time.Duration(f.buildTTLSeconds())*time.Second)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
 	data, err := t.load(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
+	}
+	// Read after the load: a fan-out whose followers were read after this
+	// position sees every unfollow the load saw (see pushScript).
+	asOf, err := f.store.WritePosition(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
 	whole := 0
 	if len(data.ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
 		whole = 1
 	}
-	keys := []string{t.set}
+	keys := []string{t.set.head, t.set.tail}
 	if t.following != "" {
 		keys = append(keys, t.following)
 	}
-	args := make([]any, 0, 5+len(data.followees)+len(data.ids))
-	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, placeholder, len(data.followees), randomVersion())
+	args := make([]any, 0, 8+len(data.followees))
+	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, building.token[:], len(data.followees), randomVersion(), asOf)
 	args = append(args, int64sToArgs(data.followees)...)
-	args = append(args, int64sToArgs(data.ids)...)
+	args = append(args, packIDs(data.ids))
 	if err := finishRebuildScript.Run(ctx, f.rdb, keys, args...).Err(); err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
 	f.cachePosts(ctx, data.posts, nil, nil)
 	return nil
@@ -129,19 +134,24 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 // complete tells whether the set is complete, by the rule readSets follows:
 // a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
-	var marker *redis.FloatCmd
-	var version *redis.StringCmd
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		marker = p.ZScore(ctx, t.set, completeMarker)
+	var headCmd, tailCmd, version *redis.StringCmd
+	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		headCmd, tailCmd = p.Get(ctx, t.set.head), p.Get(ctx, t.set.tail)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return false, fmt.Errorf("rebuild %s: %w", t.set, err)
+	if err = failure(firstError(cmds, err)); err != nil {
+		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
-	return marker.Err() == nil && (version == nil || version.Err() == nil), nil
+	headV, headErr := headCmd.Bytes()
+	tailV, tailErr := tailCmd.Bytes()
+	set, err := decodeSet(headV, headErr, tailV, tailErr)
+	if err != nil {
+		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
+	}
+	return set.complete && (version == nil || version.Err() == nil), nil
 }
 
 // awaitRebuild waits until another reader's rebuild completed the set, gave
@@ -177,6 +187,15 @@ func randomVersion() int64 {
 		v = v<<8 | int64(c)
 	}
 	return v
+}
+
+// buildToken is a rebuild's token in a head: random, never all zeros.
+func buildToken() [8]byte {
+	var t [8]byte
+	for t == ([8]byte{}) {
+		_, _ = rand.Read(t[:])
+	}
+	return t
 }
 
 func randomToken() string {

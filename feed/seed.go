@@ -3,7 +3,6 @@ package feed
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -14,13 +13,14 @@ import (
 // the tests use it to give a large graph of readers their feeds without a
 // request each; the keys and markers stay this package's business.
 func (f *Feeds) SeedEmpty(ctx context.Context, readers map[int64][]int64) error {
-	return f.seed(ctx, readers, func(p redis.Pipeliner, feed string) {
-		p.ZAdd(ctx, feed, redis.Z{Score: 0, Member: completeMarker}, redis.Z{Score: 0.5, Member: wholeMarker})
+	headV, _ := setValues(nil, f.cfg.MaxLen, true)
+	return f.seed(ctx, readers, func(p redis.Pipeliner, set setKeys) {
+		p.Set(ctx, set.head, headV, f.cfg.ActiveTTL)
 	})
 }
 
 // seed writes each reader's feed with write and their following hash.
-func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(p redis.Pipeliner, feed string)) error {
+func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(p redis.Pipeliner, set setKeys)) error {
 	users := make([]int64, 0, len(readers))
 	for u := range readers {
 		users = append(users, u)
@@ -29,10 +29,9 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 	for start := 0; start < len(users); start += batch {
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, u := range users[start:min(start+batch, len(users))] {
-				feed, following := f.keys.feed(u), f.keys.following(u)
-				p.Del(ctx, feed, following)
-				write(p, feed)
-				p.Expire(ctx, feed, f.cfg.ActiveTTL)
+				set, following := f.keys.feedSet(u), f.keys.following(u)
+				p.Del(ctx, set.head, set.tail, following)
+				write(p, set)
 				fields := []any{versionField, randomVersion()}
 				for _, followee := range readers[u] {
 					fields = append(fields, followee, 1)
@@ -55,18 +54,11 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 // uses it to measure fan-out and memory at full feeds. The ids must be of
 // posts older than any the caller pushes next.
 func (f *Feeds) SeedFull(ctx context.Context, readers map[int64][]int64, postIDs []int64) error {
-	ids := slices.Clone(postIDs)
-	slices.Sort(ids)
-	ids = slices.Compact(ids)
-	if len(ids) > f.cfg.MaxLen {
-		ids = ids[len(ids)-f.cfg.MaxLen:]
-	}
-	members := make([]redis.Z, 0, len(ids)+1)
-	members = append(members, redis.Z{Score: 0, Member: completeMarker})
-	for _, id := range ids {
-		members = append(members, redis.Z{Score: float64(id), Member: id})
-	}
-	return f.seed(ctx, readers, func(p redis.Pipeliner, feed string) {
-		p.ZAdd(ctx, feed, members...)
+	headV, tailV := setValues(postIDs, f.cfg.MaxLen, false)
+	return f.seed(ctx, readers, func(p redis.Pipeliner, set setKeys) {
+		p.Set(ctx, set.head, headV, f.cfg.ActiveTTL)
+		if len(tailV) > 0 {
+			p.Set(ctx, set.tail, tailV, f.cfg.ActiveTTL)
+		}
 	})
 }

@@ -1,0 +1,230 @@
+package feed
+
+import (
+	"cmp"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// How a set — a home feed or a celebrity's timeline — is laid out in Redis:
+// two strings, so that a full feed of 800 entries costs about 9 bytes an
+// entry instead of the ~100 of a sorted set too big for a listpack, and a
+// push is one APPEND.
+//
+//	head  <prefix>feed:{id}      the header, then the newest entries
+//	tail  <prefix>feedtail:{id}  the older entries
+//
+// Entries are post ids, 8 bytes big-endian each, ascending, without
+// repeats, the tail's before the head's. The header is 22 bytes:
+//
+//	byte  1      0xF1, this layout
+//	byte  2      flags: 1 complete (a newest prefix of the truth, every post
+//	             it should hold down to its lowest entry, which is its
+//	             bound), 2 whole (it holds the whole history: a read that
+//	             runs out of it need not ask PostgreSQL)
+//	bytes 3–10   the token of the rebuild filling it; zeros: none
+//	bytes 11–18  "as of": the PostgreSQL write position after which the
+//	             reader's last rebuild or unfollow is visible to every read
+//	             (see pushScript)
+//	bytes 19–22  how many entries the tail holds
+//
+// A push of the newest post appends to the head; once the head holds
+// spillAt entries, all but the newest move to the tail in one rewrite, and
+// a complete set is trimmed to max_len then. The newest entry stays in the
+// head, so that a push compares with it without reading the tail. The tail
+// lives as long as the head (every write gives it the head's time to live);
+// a head whose tail is not there, or not as long as the header says, is
+// treated as missing and rebuilt.
+const (
+	headMagic    = 0xF1
+	headerLen    = 22
+	flagComplete = 1
+	flagWhole    = 2
+	entryLen     = 8
+)
+
+// spillAt is how many entries the head gathers before they move to the
+// tail: a sixteenth of max_len (at most 64), so the tail is rewritten (and a
+// full feed trimmed) once per that many pushes.
+func spillAt(maxLen int) int { return min(max(maxLen/16, 1), 64) }
+
+// head is a set's head, parsed.
+type head struct {
+	flags  byte
+	token  [8]byte
+	asOf   int64
+	tailN  int
+	recent []byte
+}
+
+func parseHead(v []byte) (head, bool) {
+	if len(v) < headerLen || v[0] != headMagic || (len(v)-headerLen)%entryLen != 0 {
+		return head{}, false
+	}
+	h := head{flags: v[1], asOf: int64(binary.BigEndian.Uint64(v[10:18])),
+		tailN: int(binary.BigEndian.Uint32(v[18:22])), recent: v[headerLen:]}
+	copy(h.token[:], v[2:10])
+	return h, true
+}
+
+func (h head) value() []byte {
+	v := make([]byte, headerLen, headerLen+len(h.recent))
+	v[0], v[1] = headMagic, h.flags
+	copy(v[2:10], h.token[:])
+	binary.BigEndian.PutUint64(v[10:18], uint64(h.asOf))
+	binary.BigEndian.PutUint32(v[18:22], uint32(h.tailN))
+	return append(v, h.recent...)
+}
+
+func (h head) building() bool { return h.token != [8]byte{} }
+
+func (h head) complete() bool { return !h.building() && h.flags&flagComplete != 0 }
+
+// packIDs lays ids out as entries: ascending, without repeats.
+func packIDs(ids []int64) []byte {
+	sorted := slices.Clone(ids)
+	slices.Sort(sorted)
+	sorted = slices.Compact(sorted)
+	p := make([]byte, 0, entryLen*len(sorted))
+	for _, id := range sorted {
+		p = binary.BigEndian.AppendUint64(p, uint64(id))
+	}
+	return p
+}
+
+func unpackIDs(p []byte) []int64 {
+	ids := make([]int64, len(p)/entryLen)
+	for i := range ids {
+		ids[i] = int64(binary.BigEndian.Uint64(p[i*entryLen:]))
+	}
+	return ids
+}
+
+// setValues writes a complete set holding ids (the newest maxLen of them)
+// as the scripts would leave it: the newest entry in the head, the rest in
+// the tail.
+func setValues(ids []int64, maxLen int, whole bool) (headV, tailV []byte) {
+	p := packIDs(ids)
+	if len(p) > entryLen*maxLen {
+		p, whole = p[len(p)-entryLen*maxLen:], false
+	}
+	split := max(len(p)-entryLen, 0)
+	h := head{flags: flagComplete, tailN: split / entryLen, recent: p[split:]}
+	if whole {
+		h.flags |= flagWhole
+	}
+	return h.value(), p[:split]
+}
+
+// storedSet is a set as one read found it.
+type storedSet struct {
+	exists, complete, whole, building bool
+	ids                               []int64 // ascending
+}
+
+// decodeSet makes sense of a set's head and tail as GET returned them
+// (redis.Nil for a missing key). A head of another layout (a sorted set of
+// an older version answers WRONGTYPE), or a tail that does not match it,
+// reads as a missing set, which the next read rebuilds.
+func decodeSet(headV []byte, headErr error, tailV []byte, tailErr error) (storedSet, error) {
+	if err := cmp.Or(failure(headErr), failure(tailErr)); err != nil {
+		return storedSet{}, err
+	}
+	h, ok := parseHead(headV)
+	if headErr != nil || !ok {
+		return storedSet{}, nil
+	}
+	if h.tailN > 0 && (tailErr != nil || len(tailV) != entryLen*h.tailN) {
+		return storedSet{}, nil
+	}
+	return storedSet{exists: true, complete: h.complete(), whole: h.flags&flagWhole != 0, building: h.building(),
+		ids: unpackIDs(append(slices.Clip(tailV), h.recent...))}, nil
+}
+
+// failure is err unless it only says that a key is not there or is not a
+// string (WRONGTYPE: a sorted set an older version left), which reads as a
+// missing set.
+func failure(err error) error {
+	if err == nil || errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
+		return nil
+	}
+	return err
+}
+
+// Stored is a feed or a timeline as Redis holds it, for tests and tools
+// that look under the hood.
+type Stored struct {
+	// Exists: Redis holds the set (complete or under rebuild).
+	Exists bool
+	// Complete: a newest prefix of the truth, every post down to its lowest.
+	Complete bool
+	// Whole: it holds the whole history.
+	Whole bool
+	// Building: a rebuild is filling it.
+	Building bool
+	// IDs are the post ids it holds, ascending.
+	IDs []int64
+}
+
+// Has reports whether the set holds postID.
+func (s Stored) Has(postID int64) bool {
+	_, found := slices.BinarySearch(s.IDs, postID)
+	return found
+}
+
+// Inspect reads userID's home feed under prefix as Redis holds it.
+func Inspect(ctx context.Context, rdb redis.UniversalClient, prefix string, userID int64) (Stored, error) {
+	sets, err := InspectMany(ctx, rdb, prefix, []int64{userID})
+	if err != nil {
+		return Stored{}, err
+	}
+	return sets[0], nil
+}
+
+// InspectMany reads the home feeds of users under prefix, in one pipeline.
+func InspectMany(ctx context.Context, rdb redis.UniversalClient, prefix string, users []int64) ([]Stored, error) {
+	k := keys{prefix}
+	sets := make([]setKeys, len(users))
+	for i, u := range users {
+		sets[i] = k.feedSet(u)
+	}
+	return inspect(ctx, rdb, sets)
+}
+
+// InspectTimeline reads a celebrity's timeline under prefix as Redis holds it.
+func InspectTimeline(ctx context.Context, rdb redis.UniversalClient, prefix string, authorID int64) (Stored, error) {
+	sets, err := inspect(ctx, rdb, []setKeys{keys{prefix}.timelineSet(authorID)})
+	if err != nil {
+		return Stored{}, err
+	}
+	return sets[0], nil
+}
+
+func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]Stored, error) {
+	heads := make([]*redis.StringCmd, len(sets))
+	tails := make([]*redis.StringCmd, len(sets))
+	// Each command's error is its own (decodeSet tells a missing key or a
+	// foreign type from a failure).
+	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, set := range sets {
+			heads[i], tails[i] = p.Get(ctx, set.head), p.Get(ctx, set.tail)
+		}
+		return nil
+	})
+	out := make([]Stored, len(sets))
+	for i := range sets {
+		headV, headErr := heads[i].Bytes()
+		tailV, tailErr := tails[i].Bytes()
+		set, err := decodeSet(headV, headErr, tailV, tailErr)
+		if err != nil {
+			return nil, fmt.Errorf("inspect %s: %w", sets[i].head, err)
+		}
+		out[i] = Stored{Exists: set.exists, Complete: set.complete, Whole: set.whole, Building: set.building, IDs: set.ids}
+	}
+	return out, nil
+}
