@@ -129,4 +129,3 @@ func (f *Feeds) ttlSeconds() int64 { return int64(f.cfg.ActiveTTL / time.Second)
 // lock, so that one whose rebuild died (and which pushes still fill) goes
 // soon if nobody reads it again. The finish gives the set feed.active_days.
 func (f *Feeds) buildTTLSeconds() int64 { return int64(2 * f.cfg.RebuildLock / time.Second) }
-

@@ -54,7 +54,7 @@ func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 type rebuildTarget struct {
 	set             setKeys
 	following, lock string
-	load                 func(context.Context) (rebuilt, error)
+	load            func(context.Context) (rebuilt, error)
 }
 
 // rebuilt is what a rebuild read from PostgreSQL.
