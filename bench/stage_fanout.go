@@ -51,6 +51,7 @@ func (r *runner) fanoutThroughput(ctx context.Context) error {
 	}
 	r.report.add(Stage{
 		Name: "fan-out" + r.nameSuffix, Unit: "entries/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Spread: spreadOf(ours, limit, ratios),
 		Target: "≥ 0.7",
 		Note: fmt.Sprintf("%d posts × 1,000 followers, API → outbox → dispatcher → stream → workers → Redis, vs raw ZADD pipelines of %d",
 			r.opts.FanoutPosts, r.opts.PageSize),
