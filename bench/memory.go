@@ -106,3 +106,11 @@ func perEntry(bytes, entries int64) float64 {
 	}
 	return float64(bytes) / float64(entries)
 }
+
+// ratio is a / b, 0 when b is.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

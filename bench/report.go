@@ -353,6 +353,9 @@ func (r *Report) costPlot() *plot.Plot {
 		}{{"ours", s.Cost}, {"raw ZADD", s.LimitCost}} {
 			if side.c != nil && side.c.Redis != nil && side.c.Redis.Unit == "entry" {
 				where, _, _ := strings.Cut(s.Redis, ",") // "single", "cluster"
+				if strings.Contains(s.Name, "full feeds") {
+					where += ", full feeds"
+				}
 				labels = append(labels, where+": "+side.name)
 				bars = append(bars, side.c.Redis)
 			}
