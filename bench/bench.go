@@ -4,13 +4,15 @@
 // fresh feeds and into full ones against raw pipelined ZADD into as many
 // plain sorted sets (empty, or as full), delivery latency under an
 // open-loop post rate, one big fan-out against raw ZADD of as many entries,
-// and feed reads against raw ZREVRANGEBYSCORE plus hydration. The machine
-// is shared and noisy, so every throughput is the median of several runs,
-// every ratio is taken within one run, and the spread across the runs is
-// reported. Beside the throughput each stage reports what a unit of its
-// work cost (cost.go): Redis CPU on every primary, from INFO before and
-// after, and PostgreSQL's and this process's CPU; RunOnCluster runs the
-// fan-out and read stages again on a Redis Cluster.
+// feed reads against raw ZREVRANGEBYSCORE plus hydration, and what full
+// feeds and cached posts cost in Redis memory against the same entries as
+// plain sorted sets. The machine is shared and noisy, so every throughput
+// is the median of several runs, every ratio is taken within one run, and
+// the spread across the runs is reported. Beside the throughput each stage
+// reports what a unit of its work cost (cost.go): Redis CPU on every
+// primary, from INFO before and after, and PostgreSQL's and this process's
+// CPU; RunOnCluster runs the fan-out and read stages again on a Redis
+// Cluster.
 package bench
 
 import (
@@ -136,6 +138,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
 		{"fan-out at full feeds", r.fanoutFullFeeds},
+		{"memory at full feeds", r.memoryAtFullFeeds},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
 		{"big fan-out", r.bigFanout},
