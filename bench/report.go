@@ -97,7 +97,7 @@ type Spread struct {
 // spreadOf is the spread of the runs' figures (ours, limit and ratio of
 // each run, in the same order).
 func spreadOf(ours, limit, ratios []float64) *Spread {
-	return &Spread{Runs: len(ratios), Ours: rangeOf(ours), Limit: rangeOf(limit), Ratio: rangeOf(ratios)}
+	return &Spread{Runs: max(len(ours), len(limit), len(ratios)), Ours: rangeOf(ours), Limit: rangeOf(limit), Ratio: rangeOf(ratios)}
 }
 
 // ratioRange is the ratio's spread as the tables show it: "0.38–0.42 (3
@@ -111,6 +111,26 @@ func (s Stage) ratioRange() string {
 		runs = "run"
 	}
 	return fmt.Sprintf("%.2f–%.2f (%d %s)", s.Spread.Ratio.Min, s.Spread.Ratio.Max, s.Spread.Runs, runs)
+}
+
+// oursRange is ours' spread as the tables show it, a digit finer than the
+// median beside it where that is small: "104.7–104.8", "106067–162207";
+// "–" for a line without runs.
+func (s Stage) oursRange() string {
+	if s.Spread == nil || s.Spread.Runs == 0 {
+		return "–"
+	}
+	f := func(v float64) string {
+		switch a := math.Abs(s.Spread.Ours.Max); {
+		case a >= 1000:
+			return fmt.Sprintf("%.0f", v)
+		case a >= 10:
+			return fmt.Sprintf("%.1f", v)
+		default:
+			return fmt.Sprintf("%.3f", v)
+		}
+	}
+	return f(s.Spread.Ours.Min) + "–" + f(s.Spread.Ours.Max)
 }
 
 // Report is a whole run.
@@ -144,7 +164,7 @@ func (r *Report) add(s Stage) { r.Stages = append(r.Stages, s) }
 // WriteTable prints the report as a Markdown table.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "stage\tours\tlimit\tratio\tratio min–max\ttarget\tp50 ms\tp95 ms\tp99 ms\t")
+	fmt.Fprintln(tw, "stage\tours\tours min–max\tlimit\tratio\tratio min–max\ttarget\tp50 ms\tp95 ms\tp99 ms\t")
 	for _, s := range r.Stages {
 		lat := func(v float64) string {
 			if s.Latency.N == 0 {
@@ -152,8 +172,8 @@ func (r *Report) WriteTable(w io.Writer) {
 			}
 			return fmt.Sprintf("%.1f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio,
-			s.ratioRange(), s.Target, lat(s.Latency.P50), lat(s.Latency.P95), lat(s.Latency.P99))
+		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, num(s.Ours), s.Unit, s.oursRange(), num(s.Limit),
+			s.Ratio, s.ratioRange(), s.Target, lat(s.Latency.P50), lat(s.Latency.P95), lat(s.Latency.P99))
 	}
 	_ = tw.Flush()
 	for _, s := range r.Stages {
@@ -249,13 +269,15 @@ func mergeTop(shards []ShardCost) []string {
 // Markdown returns the report as a GitHub Markdown table.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| stage | ours | limit | ratio | ratio min–max | target | p50 ms | p95 ms | p99 ms |\n|---|---:|---:|---:|---:|---|---:|---:|---:|\n")
+	b.WriteString("| stage | ours | ours min–max | limit | ratio | ratio min–max | target | p50 ms | p95 ms | p99 ms |\n" +
+		"|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, s := range r.Stages {
 		lat := "– | – | –"
 		if s.Latency.N > 0 {
 			lat = fmt.Sprintf("%.1f | %.1f | %.1f", s.Latency.P50, s.Latency.P95, s.Latency.P99)
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %s | %.2f | %s | %s | %s |\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio, s.ratioRange(), s.Target, lat)
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %.2f | %s | %s | %s |\n", s.Name, num(s.Ours), s.Unit, s.oursRange(), num(s.Limit),
+			s.Ratio, s.ratioRange(), s.Target, lat)
 	}
 	b.WriteString("\n")
 	for _, s := range r.Stages {
