@@ -28,9 +28,10 @@ func benchCommand(load loadFunc, assets Assets) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure every stage of the pipeline next to its limit (seeds a synthetic graph)",
-		Long: `bench seeds a synthetic social graph and measures post creation, fan-out throughput,
-delivery latency, one big fan-out and feed reads, each next to its physical limit measured
-in the same run against the same servers. By default it runs every role in this process
+		Long: `bench seeds a synthetic social graph and measures post creation, fan-out throughput
+into fresh and into full feeds, delivery latency, one big fan-out, feed reads and the Redis
+memory of full feeds, each next to its physical limit measured in the same run against the
+same servers. By default it runs every role in this process
 against a fresh database named after database.url with the suffix _bench and Redis keys
 under "nfbench:". With --api it measures running serve/dispatch/work processes instead;
 they must use database.url (an empty, migrated database: the bench seeds it), redis.url,

@@ -1,14 +1,18 @@
 // Package bench measures every stage of the pipeline next to its physical
 // limit, both measured in the same run against the same servers: post
-// creation against the same insert done straight with pgx, fan-out against
-// raw pipelined ZADD, delivery latency under an open-loop post rate, one big
-// fan-out against raw ZADD of as many entries, and feed reads against raw
-// ZREVRANGEBYSCORE plus hydration. The machine is shared and noisy, so every
-// throughput is the median of several runs and every ratio is taken within
-// one run. Beside the throughput each stage reports what a unit of its work
-// cost (cost.go): Redis CPU on every primary, from INFO before and after,
-// and PostgreSQL's and this process's CPU; RunOnCluster runs the fan-out and
-// read stages again on a Redis Cluster.
+// creation against the same insert done straight with pgx, fan-out into
+// fresh feeds and into full ones against raw pipelined ZADD into as many
+// plain sorted sets (empty, or as full), delivery latency under an
+// open-loop post rate, one big fan-out against raw ZADD of as many entries,
+// feed reads against raw ZREVRANGEBYSCORE plus hydration, and what full
+// feeds and cached posts cost in Redis memory against the same entries as
+// plain sorted sets. The machine is shared and noisy, so every throughput
+// is the median of several runs, every ratio is taken within one run, and
+// the spread across the runs is reported. Beside the throughput each stage
+// reports what a unit of its work cost (cost.go): Redis CPU on every
+// primary, from INFO before and after, and PostgreSQL's and this process's
+// CPU; RunOnCluster runs the fan-out and read stages again on a Redis
+// Cluster.
 package bench
 
 import (
@@ -133,6 +137,8 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"post creation", r.postCreation},
 		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
+		{"fan-out at full feeds", r.fanoutFullFeeds},
+		{"memory at full feeds", r.memoryAtFullFeeds},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
 		{"big fan-out", r.bigFanout},
@@ -141,10 +147,11 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 	})
 }
 
-// RunOnCluster runs the fan-out and feed-read stages (those of opts.Stages
-// among them) again on h, a system whose Redis is a cluster, on the database
-// that Run seeded, and adds their lines to report beside those of Run's
-// Redis. Each stage's limit is measured on the cluster too.
+// RunOnCluster runs the fan-out stages (fresh and full feeds) and the
+// feed-read stage (those of opts.Stages among them) again on h, a system
+// whose Redis is a cluster, on the database that Run seeded, and adds their
+// lines to report beside those of Run's Redis. Each stage's limit is
+// measured on the cluster too.
 func RunOnCluster(ctx context.Context, h Harness, opts Options, progress io.Writer, report *Report) error {
 	opts.setDefaults()
 	r, err := newRunner(ctx, h, opts, progress, report)
@@ -166,6 +173,7 @@ func RunOnCluster(ctx context.Context, h Harness, opts Options, progress io.Writ
 	}
 	return r.stages(ctx, []stage{
 		{"fan-out throughput, cluster", r.fanoutThroughput},
+		{"fan-out at full feeds, cluster", r.fanoutFullFeeds},
 		{"feed reads, cluster", r.feedReads},
 	})
 }

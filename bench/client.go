@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -64,4 +65,46 @@ func (r *runner) readFeed(ctx context.Context, user int64) error {
 		return fmt.Errorf("GET /v1/feed: %s with %d items", resp.Status, len(page.Items))
 	}
 	return nil
+}
+
+// readFeedPage reads a feed page of 20 through the API, from cursor (""
+// for the first), and returns its posts' ids and the next page's cursor
+// ("" after the last).
+func (r *runner) readFeedPage(ctx context.Context, user int64, cursor string) ([]int64, string, error) {
+	u := r.h.APIURL + "/v1/feed?limit=20"
+	if cursor != "" {
+		u += "&cursor=" + url.QueryEscape(cursor)
+	}
+	req, err := http.NewRequestWithContext(ctx, "GET", u, nil)
+	if err != nil {
+		return nil, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token(user))
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return nil, "", err
+	}
+	defer resp.Body.Close()
+	var page struct {
+		Items []struct {
+			ID int64 `json:"id"`
+		} `json:"items"`
+		NextCursor *string `json:"next_cursor"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		return nil, "", fmt.Errorf("GET /v1/feed: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&page); err != nil {
+		return nil, "", fmt.Errorf("GET /v1/feed: %w", err)
+	}
+	ids := make([]int64, len(page.Items))
+	for i, it := range page.Items {
+		ids[i] = it.ID
+	}
+	next := ""
+	if page.NextCursor != nil {
+		next = *page.NextCursor
+	}
+	return ids, next, nil
 }

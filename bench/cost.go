@@ -288,28 +288,25 @@ func selfCPU() float64 {
 }
 
 // bytesPerEntry samples feeds and returns their Redis memory (MEMORY
-// USAGE, the key included) per post entry in them.
+// USAGE summed over the keys that hold each, the keys included) per post
+// entry in them; 0 when their entries cannot be counted from outside (the
+// memory stage, which fills feeds with a known number of entries, measures
+// it for any encoding).
 func (r *runner) bytesPerEntry(ctx context.Context, users []int64) (float64, error) {
-	mem := make([]*redis.IntCmd, len(users))
-	cards := make([]*redis.IntCmd, len(users))
-	if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, u := range users {
-			mem[i] = p.MemoryUsage(ctx, r.feedKey(u), 0) // every member counted
-			cards[i] = p.ZCount(ctx, r.feedKey(u), "1", "+inf")
-		}
-		return nil
-	}); err != nil && !isNil(err) {
-		return 0, fmt.Errorf("feed memory: %w", err)
+	counts, countable, err := r.feedEntries(ctx, users)
+	if err != nil || !countable {
+		return 0, err
+	}
+	mem, err := r.feedBytes(ctx, users)
+	if err != nil {
+		return 0, err
 	}
 	var bytes, entries int64
 	for i := range users {
-		bytes += mem[i].Val()
-		entries += cards[i].Val()
+		bytes += mem[i]
+		entries += counts[i]
 	}
-	if entries == 0 {
-		return 0, nil
-	}
-	return float64(bytes) / float64(entries), nil
+	return perEntry(bytes, entries), nil
 }
 
 func isNil(err error) bool { return err == redis.Nil }

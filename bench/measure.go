@@ -4,14 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // closedLoop runs fn from n clients for d and returns operations per second
@@ -122,49 +118,15 @@ func (r *runner) timeOnePost(ctx context.Context, author int64) (time.Duration, 
 // rawZADD writes n entries with plain pipelined ZADD, PageSize per pipeline,
 // from clients goroutines, spread over as many throw-away sorted sets as the
 // fan-out it stands for writes feeds, and returns how long the writes took
-// (the clean-up after is not timed).
+// (the clean-up after is not timed). The sets start from nothing, in the
+// encoding Redis gives them (a listpack while they are small).
 func (r *runner) rawZADD(ctx context.Context, n, keys, clients int) (time.Duration, error) {
-	pages := (n + r.opts.PageSize - 1) / r.opts.PageSize
-	key := func(i int) string { return r.h.Prefix + "raw:{" + strconv.Itoa(i) + "}" }
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	var zerr atomic.Value
-	member := rand.Int64N(1 << 40)
-	start := time.Now()
-	for range clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for p := next.Add(1) - 1; p < int64(pages); p = next.Add(1) - 1 {
-				_, err := r.rdb.Pipelined(ctx, func(pipe redis.Pipeliner) error {
-					for i := range r.opts.PageSize {
-						pipe.ZAdd(ctx, key((int(p)*r.opts.PageSize+i)%keys), redis.Z{Score: float64(member + p), Member: member + p})
-					}
-					return nil
-				})
-				if err != nil {
-					zerr.Store(err)
-					return
-				}
-			}
-		}()
+	sets := r.rawSets("raw", keys)
+	took, err := sets.write(ctx, n, clients, randomFirst())
+	if err != nil {
+		return 0, err
 	}
-	wg.Wait()
-	elapsed := time.Since(start)
-	if err, _ := zerr.Load().(error); err != nil {
-		return 0, fmt.Errorf("raw ZADD: %w", err)
-	}
-	for s := 0; s < keys; s += 1000 {
-		if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i := s; i < min(s+1000, keys); i++ {
-				p.Unlink(ctx, key(i))
-			}
-			return nil
-		}); err != nil {
-			return 0, err
-		}
-	}
-	return elapsed, nil
+	return took, sets.drop(ctx)
 }
 
 // rawOnePost is the time to write one post's entries for n followers with

@@ -67,6 +67,70 @@ type Stage struct {
 	LimitCost *Cost `json:"limit_cost,omitempty"`
 	// BytesPerEntry is Redis memory per feed entry in the stage's feeds.
 	BytesPerEntry float64 `json:"bytes_per_entry,omitempty"`
+	// Spread is how ours, the limit and their ratio moved across the runs
+	// whose medians the line shows; nil for a line that is not a median of
+	// runs.
+	Spread *Spread `json:"spread,omitempty"`
+}
+
+// Range is the lowest and the highest of a figure across runs.
+type Range struct {
+	Min float64 `json:"min"`
+	Max float64 `json:"max"`
+}
+
+func rangeOf(v []float64) Range {
+	if len(v) == 0 {
+		return Range{}
+	}
+	return Range{Min: slices.Min(v), Max: slices.Max(v)}
+}
+
+// Spread is a line's figures across its runs.
+type Spread struct {
+	Runs  int   `json:"runs"`
+	Ours  Range `json:"ours"`
+	Limit Range `json:"limit"`
+	Ratio Range `json:"ratio"`
+}
+
+// spreadOf is the spread of the runs' figures (ours, limit and ratio of
+// each run, in the same order).
+func spreadOf(ours, limit, ratios []float64) *Spread {
+	return &Spread{Runs: max(len(ours), len(limit), len(ratios)), Ours: rangeOf(ours), Limit: rangeOf(limit), Ratio: rangeOf(ratios)}
+}
+
+// ratioRange is the ratio's spread as the tables show it: "0.38–0.42 (3
+// runs)"; "–" for a line without runs.
+func (s Stage) ratioRange() string {
+	if s.Spread == nil || s.Spread.Runs == 0 {
+		return "–"
+	}
+	runs := "runs"
+	if s.Spread.Runs == 1 {
+		runs = "run"
+	}
+	return fmt.Sprintf("%.2f–%.2f (%d %s)", s.Spread.Ratio.Min, s.Spread.Ratio.Max, s.Spread.Runs, runs)
+}
+
+// oursRange is ours' spread as the tables show it, a digit finer than the
+// median beside it where that is small: "104.7–104.8", "106067–162207";
+// "–" for a line without runs.
+func (s Stage) oursRange() string {
+	if s.Spread == nil || s.Spread.Runs == 0 {
+		return "–"
+	}
+	f := func(v float64) string {
+		switch a := math.Abs(s.Spread.Ours.Max); {
+		case a >= 1000:
+			return fmt.Sprintf("%.0f", v)
+		case a >= 10:
+			return fmt.Sprintf("%.1f", v)
+		default:
+			return fmt.Sprintf("%.3f", v)
+		}
+	}
+	return f(s.Spread.Ours.Min) + "–" + f(s.Spread.Ours.Max)
 }
 
 // Report is a whole run.
@@ -100,7 +164,7 @@ func (r *Report) add(s Stage) { r.Stages = append(r.Stages, s) }
 // WriteTable prints the report as a Markdown table.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
-	fmt.Fprintln(tw, "stage\tours\tlimit\tratio\ttarget\tp50 ms\tp95 ms\tp99 ms\t")
+	fmt.Fprintln(tw, "stage\tours\tours min–max\tlimit\tratio\tratio min–max\ttarget\tp50 ms\tp95 ms\tp99 ms\t")
 	for _, s := range r.Stages {
 		lat := func(v float64) string {
 			if s.Latency.N == 0 {
@@ -108,8 +172,8 @@ func (r *Report) WriteTable(w io.Writer) {
 			}
 			return fmt.Sprintf("%.1f", v)
 		}
-		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%.2f\t%s\t%s\t%s\t%s\t\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio,
-			s.Target, lat(s.Latency.P50), lat(s.Latency.P95), lat(s.Latency.P99))
+		fmt.Fprintf(tw, "%s\t%s %s\t%s\t%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n", s.Name, num(s.Ours), s.Unit, s.oursRange(), num(s.Limit),
+			s.Ratio, s.ratioRange(), s.Target, lat(s.Latency.P50), lat(s.Latency.P95), lat(s.Latency.P99))
 	}
 	_ = tw.Flush()
 	for _, s := range r.Stages {
@@ -205,13 +269,19 @@ func mergeTop(shards []ShardCost) []string {
 // Markdown returns the report as a GitHub Markdown table.
 func (r *Report) Markdown() string {
 	var b strings.Builder
-	b.WriteString("| stage | ours | limit | ratio | target | p50 ms | p95 ms | p99 ms |\n|---|---:|---:|---:|---|---:|---:|---:|\n")
+	b.WriteString("| stage | ours | ours min–max | limit | ratio | ratio min–max | target | p50 ms | p95 ms | p99 ms |\n" +
+		"|---|---:|---:|---:|---:|---:|---|---:|---:|---:|\n")
 	for _, s := range r.Stages {
 		lat := "– | – | –"
 		if s.Latency.N > 0 {
 			lat = fmt.Sprintf("%.1f | %.1f | %.1f", s.Latency.P50, s.Latency.P95, s.Latency.P99)
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %s | %.2f | %s | %s |\n", s.Name, num(s.Ours), s.Unit, num(s.Limit), s.Ratio, s.Target, lat)
+		fmt.Fprintf(&b, "| %s | %s %s | %s | %s | %.2f | %s | %s | %s |\n", s.Name, num(s.Ours), s.Unit, s.oursRange(), num(s.Limit),
+			s.Ratio, s.ratioRange(), s.Target, lat)
+	}
+	b.WriteString("\n")
+	for _, s := range r.Stages {
+		fmt.Fprintf(&b, "- %s: %s\n", s.Name, s.Note)
 	}
 	if len(r.ClusterSlots) > 0 {
 		fmt.Fprintf(&b, "\nRedis Cluster slots per primary when its stages started: %s.\n", r.ClusterSlots)
@@ -305,6 +375,9 @@ func (r *Report) costPlot() *plot.Plot {
 		}{{"ours", s.Cost}, {"raw ZADD", s.LimitCost}} {
 			if side.c != nil && side.c.Redis != nil && side.c.Redis.Unit == "entry" {
 				where, _, _ := strings.Cut(s.Redis, ",") // "single", "cluster"
+				if strings.Contains(s.Name, "full feeds") {
+					where += ", full feeds"
+				}
 				labels = append(labels, where+": "+side.name)
 				bars = append(bars, side.c.Redis)
 			}

@@ -145,10 +145,16 @@ func (r *runner) seed(ctx context.Context) error {
 	return r.seedFeeds(ctx, users)
 }
 
+// seeder writes feeds the way the feed package stores them, for the feed
+// settings the system runs with (the prefix and feed.max_len).
+func (r *runner) seeder() *feed.Feeds {
+	return feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix, MaxLen: r.opts.MaxLen})
+}
+
 // seedFeeds makes complete, whole (empty) feeds with their following hashes
 // for users, as a first read leaves them.
 func (r *runner) seedFeeds(ctx context.Context, users []int64) error {
-	seeder := feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix})
+	seeder := r.seeder()
 	bar := newBar(r.progress, len(users), "build feeds   ")
 	for start := 0; start < len(users); start += 5000 {
 		readers, err := r.db.FolloweesOf(ctx, users[start:min(start+5000, len(users))])
@@ -161,4 +167,44 @@ func (r *runner) seedFeeds(ctx context.Context, users []int64) error {
 		_ = bar.Set(min(start+5000, len(users)))
 	}
 	return nil
+}
+
+// The ids of the posts that fill full feeds (SeedFull) are not real posts:
+// they are taken from the posts' id sequence, which is moved past them, so
+// that every post created afterwards is newer. They are spread as a real
+// reader's feed is, not consecutive (an encoding that stores the gaps
+// between ids would be flattered by consecutive ones): a reader who follows
+// 200 of a million users who post alike sees one post in 5,000, and a
+// system with a million users has about 10⁹ posts after a few years.
+const (
+	fullFeedFirstID = 1_000_000_000
+	fullFeedIDGap   = 5000
+)
+
+// spreadIDs are n ids from first, gap apart, oldest first.
+func spreadIDs(first, gap int64, n int) []int64 {
+	ids := make([]int64, n)
+	for i := range ids {
+		ids[i] = first + int64(i)*gap
+	}
+	return ids
+}
+
+// reserveIDs takes n post ids for full feeds out of the posts' id sequence
+// (spreadIDs from fullFeedFirstID or the sequence's next value, whichever
+// is higher) and moves the sequence past them: no post has them, and every
+// post created afterwards has a higher id.
+func (r *runner) reserveIDs(ctx context.Context, n int) ([]int64, error) {
+	if n <= 0 {
+		return nil, nil
+	}
+	var next int64
+	if err := r.pool.QueryRow(ctx, `SELECT nextval(pg_get_serial_sequence('posts', 'id'))`).Scan(&next); err != nil {
+		return nil, fmt.Errorf("reserve post ids: %w", err)
+	}
+	ids := spreadIDs(max(next, fullFeedFirstID), fullFeedIDGap, n)
+	if _, err := r.pool.Exec(ctx, `SELECT setval(pg_get_serial_sequence('posts', 'id'), $1)`, ids[n-1]); err != nil {
+		return nil, fmt.Errorf("reserve post ids: %w", err)
+	}
+	return ids, nil
 }

@@ -61,7 +61,7 @@ func (r *runner) follows(ctx context.Context) error {
 			run+1, o, cost.PostgresCPUPerUnit, l, limitCost.PostgresCPUPerUnit)
 	}
 	r.report.add(Stage{
-		Name: "follows", Unit: "follows/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Name: "follows", Unit: "follows/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios),
 		Note: fmt.Sprintf("PUT /v1/following/{id} (cost: with its event dispatched and handled) vs the same statement with pgx, %d clients",
 			r.opts.Concurrency),
 		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),

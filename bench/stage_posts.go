@@ -51,7 +51,7 @@ func (r *runner) postCreation(ctx context.Context) error {
 		fmt.Fprintf(r.progress, "  run %d: API %.0f posts/s, pgx %.0f posts/s\n", run+1, o, l)
 	}
 	r.report.add(Stage{
-		Name: "post creation", Unit: "posts/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Name: "post creation", Unit: "posts/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios),
 		Target: "≥ 0.6", Latency: percentiles(lat),
 		Note:  fmt.Sprintf("POST /v1/posts vs the same insert with pgx, %d clients", r.opts.Concurrency),
 		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),

@@ -56,7 +56,7 @@ func (r *runner) feedReads(ctx context.Context) error {
 	}
 	p := percentiles(lat)
 	r.report.add(Stage{
-		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios),
+		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios),
 		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
 		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
 		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),

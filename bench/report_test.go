@@ -1,0 +1,28 @@
+package bench
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSpread: a line's runs give the lowest and highest of each figure,
+// and the tables show the ratio's beside the median, and the notes.
+func TestSpread(t *testing.T) {
+	s := spreadOf([]float64{3, 1, 2}, []float64{10, 30, 20}, []float64{0.42, 0.38, 0.40})
+	require.Equal(t, 3, s.Runs)
+	require.Equal(t, Range{Min: 1, Max: 3}, s.Ours)
+	require.Equal(t, Range{Min: 10, Max: 30}, s.Limit)
+	require.Equal(t, Range{Min: 0.38, Max: 0.42}, s.Ratio)
+	require.Equal(t, "0.38–0.42 (3 runs)", Stage{Spread: s}.ratioRange())
+	require.Equal(t, "1.20–1.40 (2 runs)", Stage{Spread: spreadOf(nil, nil, []float64{1.4, 1.2})}.ratioRange())
+	require.Equal(t, "–", Stage{}.ratioRange())
+	require.Equal(t, "1.000–3.000", Stage{Spread: s}.oursRange())
+	require.Equal(t, "104.7–104.8", Stage{Spread: spreadOf([]float64{104.69, 104.77}, nil, nil)}.oursRange())
+	require.Equal(t, "106067–162207", Stage{Spread: spreadOf([]float64{162207.2, 106067.4}, nil, nil)}.oursRange())
+	require.Equal(t, "–", Stage{}.oursRange())
+
+	r := &Report{Stages: []Stage{{Name: "fan-out", Unit: "entries/s", Ours: 2, Limit: 4, Ratio: 0.5, Target: "≥ 0.8", Spread: s, Note: "what it measured"}}}
+	require.Contains(t, r.Markdown(), "| fan-out | 2.00 entries/s | 1.000–3.000 | 4.00 | 0.50 | 0.38–0.42 (3 runs) | ≥ 0.8 |")
+	require.Contains(t, r.Markdown(), "\n- fan-out: what it measured\n")
+}
