@@ -67,38 +67,19 @@ func (r *runner) memoryUsage(ctx context.Context, keys []string) ([]int64, error
 	return out, nil
 }
 
-// feedEntries counts the post entries (not the markers) in each user's
-// feed, where the feed is a sorted set that can be counted from outside
-// (ZCOUNT of the scores from 1). countable is false when a feed is held in
-// another encoding, whose entries only the feed package can count: the
-// stages that need the count then know it otherwise or leave it out.
+// feedEntries counts the post entries in each user's feed, as the feed
+// package reads them (feed.InspectMany). countable is always true; it stays
+// for the stages that report a count only when there is one.
 func (r *runner) feedEntries(ctx context.Context, users []int64) (counts []int64, countable bool, err error) {
-	types := make([]*redis.StatusCmd, len(users))
-	if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, u := range users {
-			types[i] = p.Type(ctx, r.feedKey(u))
+	counts = make([]int64, 0, len(users))
+	for start := 0; start < len(users); start += 1000 {
+		feeds, err := feed.InspectMany(ctx, r.rdb, r.h.Prefix, users[start:min(start+1000, len(users))])
+		if err != nil {
+			return nil, false, fmt.Errorf("feed entries: %w", err)
 		}
-		return nil
-	}); err != nil {
-		return nil, false, fmt.Errorf("feed entries: %w", err)
-	}
-	for _, t := range types {
-		if v := t.Val(); v != "zset" && v != "none" {
-			return nil, false, nil
+		for _, f := range feeds {
+			counts = append(counts, int64(len(f.IDs)))
 		}
-	}
-	cards := make([]*redis.IntCmd, len(users))
-	if _, err := r.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, u := range users {
-			cards[i] = p.ZCount(ctx, r.feedKey(u), "1", "+inf") // post ids score 1 and up
-		}
-		return nil
-	}); err != nil {
-		return nil, false, fmt.Errorf("feed entries: %w", err)
-	}
-	counts = make([]int64, len(users))
-	for i, c := range cards {
-		counts[i] = c.Val()
 	}
 	return counts, true, nil
 }

@@ -27,7 +27,7 @@ const benchAuthor = 1_000_000
 
 // pushSetup creates the complete (empty) feeds of a page of followers and
 // returns their ids.
-func pushSetup(b *testing.B, rdb *redis.Client, prefix string) []int64 {
+func pushSetup(b testing.TB, rdb *redis.Client, prefix string) []int64 {
 	b.Helper()
 	ctx := b.Context()
 	followers := make([]int64, pushPage)

@@ -12,54 +12,69 @@ import (
 )
 
 // How a set — a home feed or a celebrity's timeline — is laid out in Redis:
-// two strings, so that a full feed of 800 entries costs about 9 bytes an
-// entry instead of the ~100 of a sorted set too big for a listpack, and a
-// push is one APPEND.
+// a string and a list, so that a full feed of 800 entries costs under 10
+// bytes an entry instead of the ~100 of a sorted set too big for a
+// listpack, and a push is one APPEND.
 //
-//	head  <prefix>feed:{id}      the header, then the newest entries
-//	tail  <prefix>feedtail:{id}  the older entries
+//	head  <prefix>feed:{id}      a string: the header, then the newest
+//	                             entries, 8 bytes big-endian each
+//	tail  <prefix>feedtail:{id}  a list of chunks of the older entries,
+//	                             each chunk a string of them, 8 bytes
+//	                             big-endian each (a list grows and shrinks
+//	                             at both ends without copying the rest)
 //
-// Entries are post ids, 8 bytes big-endian each, ascending, without
-// repeats, the tail's before the head's. The header is 22 bytes:
+// Entries are post ids, ascending in each of the two, and never in both;
+// the head holds the newest entry. A push of a post
+// a few places older than the newest (fan-outs side by side finish in any
+// order) lands in the head too, even below the tail's newest entry, and the
+// next spill merges them: a read merges the two. The header is 30 bytes:
 //
 //	byte  1      0xF1, this layout
 //	byte  2      flags: 1 complete (a newest prefix of the truth, every post
 //	             it should hold down to its lowest entry, which is its
 //	             bound), 2 whole (it holds the whole history: a read that
-//	             runs out of it need not ask PostgreSQL)
+//	             runs out of it need not ask PostgreSQL), 4 under rebuild
+//	             (a token follows; the flag lets a push tell at a glance)
 //	bytes 3–10   the token of the rebuild filling it; zeros: none
 //	bytes 11–18  "as of": the PostgreSQL write position after which the
 //	             reader's last rebuild or unfollow is visible to every read
 //	             (see pushScript)
 //	bytes 19–22  how many entries the tail holds
+//	bytes 23–30  the tail's newest entry (0: none), which tells a push
+//	             whether the tail could hold its post
 //
 // A push of the newest post appends to the head; once the head holds
-// spillAt entries, all but the newest move to the tail in one rewrite, and
-// a complete set is trimmed to max_len then. The newest entry stays in the
-// head, so that a push compares with it without reading the tail. The tail
-// lives as long as the head (every write gives it the head's time to live);
-// a head whose tail is not there, or not as long as the header says, is
-// treated as missing and rebuilt.
+// spillAt entries, the older half moves to the tail as one chunk, and a
+// complete set is trimmed to max_len then: an RPUSH of the chunk, an LPOP
+// or LSET of the oldest. The newest
+// entries stay in the head (at least one while the set holds any), so that
+// a push compares with them without reading the tail. The tail lives as
+// long as the head (every write gives it the head's time to live); a head
+// whose tail is not there, or not as long as the header says, is treated as
+// missing and rebuilt.
 const (
 	headMagic    = 0xF1
-	headerLen    = 22
+	headerLen    = 30
 	flagComplete = 1
 	flagWhole    = 2
+	flagBuilding = 4
 	entryLen     = 8
 )
 
-// spillAt is how many entries the head gathers before they move to the
-// tail: a sixteenth of max_len (at most 64), so the tail is rewritten (and a
-// full feed trimmed) once per that many pushes.
-func spillAt(maxLen int) int { return min(max(maxLen/16, 1), 64) }
+// spillAt is how many entries the head gathers before the older half of
+// them moves to the tail: an eighth of max_len (at most 128), so the tail is
+// rewritten (and a full feed trimmed) once per spillAt/2 pushes, and a post
+// pushed up to spillAt/2 places out of order changes the head alone.
+func spillAt(maxLen int) int { return min(max(maxLen/8, 1), 64) }
 
 // head is a set's head, parsed.
 type head struct {
-	flags  byte
-	token  [8]byte
-	asOf   int64
-	tailN  int
-	recent []byte
+	flags   byte
+	token   [8]byte
+	asOf    int64
+	tailN   int
+	tailMax int64
+	recent  []byte
 }
 
 func parseHead(v []byte) (head, bool) {
@@ -67,7 +82,8 @@ func parseHead(v []byte) (head, bool) {
 		return head{}, false
 	}
 	h := head{flags: v[1], asOf: int64(binary.BigEndian.Uint64(v[10:18])),
-		tailN: int(binary.BigEndian.Uint32(v[18:22])), recent: v[headerLen:]}
+		tailN: int(binary.BigEndian.Uint32(v[18:22])), tailMax: int64(binary.BigEndian.Uint64(v[22:30])),
+		recent: v[headerLen:]}
 	copy(h.token[:], v[2:10])
 	return h, true
 }
@@ -78,6 +94,7 @@ func (h head) value() []byte {
 	copy(v[2:10], h.token[:])
 	binary.BigEndian.PutUint64(v[10:18], uint64(h.asOf))
 	binary.BigEndian.PutUint32(v[18:22], uint32(h.tailN))
+	binary.BigEndian.PutUint64(v[22:30], uint64(h.tailMax))
 	return append(v, h.recent...)
 }
 
@@ -105,21 +122,31 @@ func unpackIDs(p []byte) []int64 {
 	return ids
 }
 
-// setValues writes a complete set holding ids (the newest maxLen of them)
-// as the scripts would leave it: the newest entry in the head, the rest in
-// the tail.
-func setValues(ids []int64, maxLen int, whole bool) (headV, tailV []byte) {
-	p := packIDs(ids)
-	if len(p) > entryLen*maxLen {
-		p, whole = p[len(p)-entryLen*maxLen:], false
+// setValues lays out a complete set holding ids (the newest maxLen of
+// them) as the scripts would leave it: the newest entry in the head, the
+// rest in the tail.
+func setValues(ids []int64, maxLen int, whole bool) (headV []byte, tail []any) {
+	sorted := unpackIDs(packIDs(ids))
+	if len(sorted) > maxLen {
+		sorted, whole = sorted[len(sorted)-maxLen:], false
 	}
-	split := max(len(p)-entryLen, 0)
-	h := head{flags: flagComplete, tailN: split / entryLen, recent: p[split:]}
+	split := max(len(sorted)-1, 0)
+	h := head{flags: flagComplete, tailN: split, recent: packIDs(sorted[split:])}
+	if split > 0 {
+		h.tailMax = sorted[split-1]
+	}
 	if whole {
 		h.flags |= flagWhole
 	}
-	return h.value(), p[:split]
+	for i := 0; i < split; i += tailChunk {
+		tail = append(tail, packIDs(sorted[i:min(i+tailChunk, split)]))
+	}
+	return h.value(), tail
 }
+
+// tailChunk is how many entries the chunks of a tail laid out at once hold
+// (CHUNK in the scripts).
+const tailChunk = 64
 
 // storedSet is a set as one read found it.
 type storedSet struct {
@@ -127,11 +154,12 @@ type storedSet struct {
 	ids                               []int64 // ascending
 }
 
-// decodeSet makes sense of a set's head and tail as GET returned them
-// (redis.Nil for a missing key). A head of another layout (a sorted set of
-// an older version answers WRONGTYPE), or a tail that does not match it,
-// reads as a missing set, which the next read rebuilds.
-func decodeSet(headV []byte, headErr error, tailV []byte, tailErr error) (storedSet, error) {
+// decodeSet makes sense of a set's head as GET returned it (redis.Nil for a
+// missing key) and of its tail's chunks as LRANGE did. A head of another
+// layout (a sorted set of an older version answers WRONGTYPE), or a tail
+// that does not match it, reads as a missing set, which the next read
+// rebuilds.
+func decodeSet(headV []byte, headErr error, chunks []string, tailErr error) (storedSet, error) {
 	if err := cmp.Or(failure(headErr), failure(tailErr)); err != nil {
 		return storedSet{}, err
 	}
@@ -139,11 +167,17 @@ func decodeSet(headV []byte, headErr error, tailV []byte, tailErr error) (stored
 	if headErr != nil || !ok {
 		return storedSet{}, nil
 	}
-	if h.tailN > 0 && (tailErr != nil || len(tailV) != entryLen*h.tailN) {
+	var tail []byte
+	for _, c := range chunks {
+		tail = append(tail, c...)
+	}
+	if len(tail) != entryLen*h.tailN {
 		return storedSet{}, nil
 	}
+	ids := append(unpackIDs(h.recent), unpackIDs(tail)...)
+	slices.Sort(ids) // the head may hold posts older than the tail's newest
 	return storedSet{exists: true, complete: h.complete(), whole: h.flags&flagWhole != 0, building: h.building(),
-		ids: unpackIDs(append(slices.Clip(tailV), h.recent...))}, nil
+		ids: slices.Compact(ids)}, nil
 }
 
 // failure is err unless it only says that a key is not there or is not a
@@ -207,20 +241,20 @@ func InspectTimeline(ctx context.Context, rdb redis.UniversalClient, prefix stri
 
 func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]Stored, error) {
 	heads := make([]*redis.StringCmd, len(sets))
-	tails := make([]*redis.StringCmd, len(sets))
+	tails := make([]*redis.StringSliceCmd, len(sets))
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, set := range sets {
-			heads[i], tails[i] = p.Get(ctx, set.head), p.Get(ctx, set.tail)
+			heads[i], tails[i] = p.Get(ctx, set.head), p.LRange(ctx, set.tail, 0, -1)
 		}
 		return nil
 	})
 	out := make([]Stored, len(sets))
 	for i := range sets {
 		headV, headErr := heads[i].Bytes()
-		tailV, tailErr := tails[i].Bytes()
-		set, err := decodeSet(headV, headErr, tailV, tailErr)
+		chunks, tailErr := tails[i].Result()
+		set, err := decodeSet(headV, headErr, chunks, tailErr)
 		if err != nil {
 			return nil, fmt.Errorf("inspect %s: %w", sets[i].head, err)
 		}

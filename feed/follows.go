@@ -128,7 +128,7 @@ func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, sinc
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		headCmd, lowest = p.Get(ctx, set.head), p.GetRange(ctx, set.tail, 0, entryLen-1)
+		headCmd, lowest = p.Get(ctx, set.head), p.LIndex(ctx, set.tail, 0)
 		return nil
 	})
 	headV, headErr := headCmd.Bytes()
@@ -142,14 +142,20 @@ func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, sinc
 	case h.flags&flagWhole != 0:
 		return "0", 0, nil // any post of the followee may be there
 	}
-	low := []byte(lowest.Val())
-	if h.tailN == 0 {
-		low = h.recent
+	// The lowest of the tail's lowest and the head's (which may hold a post
+	// older than the tail's newest).
+	var id int64
+	if len(h.recent) >= entryLen {
+		id = unpackIDs(h.recent[:entryLen])[0]
 	}
-	if len(low) < entryLen {
+	if first := lowest.Val(); h.tailN > 0 && len(first) >= entryLen {
+		if low := unpackIDs([]byte(first[:entryLen]))[0]; id == 0 || low < id {
+			id = low
+		}
+	}
+	if id == 0 {
 		return "-", 0, nil
 	}
-	id := unpackIDs(low[:entryLen])[0]
 	return strconv.FormatInt(id, 10), id, nil
 }
 

@@ -91,7 +91,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		return err
 	}
 
-	building := head{token: buildToken()}
+	building := head{flags: flagBuilding, token: buildToken()}
 	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// Start afresh: an incomplete set may hold anything, and a slower
 		// rebuild's token must go so that it gives up. The head expires
@@ -134,9 +134,10 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 // complete tells whether the set is complete, by the rule readSets follows:
 // a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
-	var headCmd, tailCmd, version *redis.StringCmd
+	var headCmd, version *redis.StringCmd
+	var tail *redis.StringSliceCmd
 	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		headCmd, tailCmd = p.Get(ctx, t.set.head), p.Get(ctx, t.set.tail)
+		headCmd, tail = p.Get(ctx, t.set.head), p.LRange(ctx, t.set.tail, 0, -1)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)
 		}
@@ -146,8 +147,7 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
 	headV, headErr := headCmd.Bytes()
-	tailV, tailErr := tailCmd.Bytes()
-	set, err := decodeSet(headV, headErr, tailV, tailErr)
+	set, err := decodeSet(headV, headErr, tail.Val(), tail.Err())
 	if err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}

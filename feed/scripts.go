@@ -10,15 +10,20 @@ import "github.com/redis/go-redis/v9"
 //
 // Entries are 8-byte big-endian ids, compared after struct.unpack (Lua's
 // string comparison follows the server's locale, and its numbers are exact
-// to 2^53, far above any post id a sequence hands out). Every script reads
-// a head with MGET, which answers false for a key of another type — a
-// sorted set left by an older version — so such a key reads as missing and
-// is overwritten.
+// to 2^53, far above any post id a sequence hands out). Large strings are
+// slow to make in Redis' Lua (about 20 µs for 6 KB), and so are many small
+// ones (string.format of 50 ids, 27 µs), so no common path builds either: a
+// push appends to the head or rewrites its bytes in place, a spill pushes
+// the head's older entries onto the tail as one chunk and trims the tail's
+// oldest chunk. Every
+// script reads a head with MGET, which answers false for a key of another
+// type — a sorted set left by an older version — so such a key reads as
+// missing and is overwritten.
 
 // luaCommon is put before every script that changes a set.
 const luaCommon = `
-local MAGIC, HEADER = 241, 22
-local COMPLETE, WHOLE = 1, 2
+local MAGIC, HEADER = 241, 30
+local COMPLETE, WHOLE, BUILDING = 1, 2, 4
 local NOTOKEN = string.rep('\0', 8)
 
 local function num(s, pos) return (struct.unpack('>I8', s, pos)) end
@@ -30,11 +35,12 @@ local function parseHead(v)
     return nil
   end
   return {flags = string.byte(v, 2), token = string.sub(v, 3, 10), asOf = num(v, 11),
-          tailN = (struct.unpack('>I4', v, 19)), recent = string.sub(v, HEADER + 1)}
+          tailN = (struct.unpack('>I4', v, 19)), tailMax = num(v, 23), recent = string.sub(v, HEADER + 1)}
 end
 
 local function headValue(h)
-  return string.char(MAGIC, h.flags) .. h.token .. pack(h.asOf) .. struct.pack('>I4', h.tailN) .. h.recent
+  return string.char(MAGIC, h.flags) .. h.token .. pack(h.asOf) .. struct.pack('>I4', h.tailN) .. pack(h.tailMax)
+    .. h.recent
 end
 
 local function getHead(k) return parseHead(redis.call('MGET', k)[1]) end
@@ -44,34 +50,91 @@ local function building(h) return h.token ~= NOTOKEN end
 -- A complete set that is not whole: its lowest entry is its bound.
 local function prefix(h) return not building(h) and bit.band(h.flags, WHOLE + COMPLETE) == COMPLETE end
 
--- Every entry of a set, ascending: the older ones, then the recent ones;
--- nil when the older ones are not all there (a key lost or expired apart
--- from its head), and the set must be treated as missing.
-local function entries(h, tk)
-  if h.tailN == 0 then return h.recent end
-  local t = redis.call('MGET', tk)[1]
-  if type(t) ~= 'string' or #t ~= 8 * h.tailN then return nil end
-  return t .. h.recent
+local function unpackAll(p)
+  local ids = {}
+  for pos = 1, #p, 8 do ids[#ids + 1] = num(p, pos) end
+  return ids
 end
 
--- Writes entries p (packed, ascending) back: a complete set trimmed to
+local function packAll(ids, from, to)
+  local parts = {}
+  for i = from or 1, to or #ids do parts[#parts + 1] = pack(ids[i]) end
+  return table.concat(parts)
+end
+
+-- The index (from 1) of the first of n ids, got(i), that is >= id; n + 1
+-- if none.
+local function search(n, got, id)
+  local lo, hi = 1, n + 1
+  while lo < hi do
+    local mid = math.floor((lo + hi) / 2)
+    if got(mid) < id then lo = mid + 1 else hi = mid end
+  end
+  return lo
+end
+
+-- The union of two ascending lists of ids, ascending, without repeats.
+local function union(a, b)
+  local out, i, j = {}, 1, 1
+  while i <= #a or j <= #b do
+    local x, y = a[i], b[j]
+    if y == nil or (x ~= nil and x < y) then out[#out + 1] = x; i = i + 1
+    elseif x == nil or y < x then out[#out + 1] = y; j = j + 1
+    else out[#out + 1] = x; i = i + 1; j = j + 1 end
+  end
+  return out
+end
+
+-- Every entry of a set, ascending (the tail's and the head's merged); nil
+-- when the tail is not all there (a key lost or expired apart from its
+-- head), and the set must be treated as missing.
+local function entries(h, tk)
+  local tail = {}
+  if h.tailN > 0 then
+    local t = table.concat(redis.call('LRANGE', tk, 0, -1))
+    if #t ~= 8 * h.tailN then return nil end
+    tail = unpackAll(t)
+  end
+  return union(tail, unpackAll(h.recent))
+end
+
+-- The tail's chunks hold up to this many entries when a rewrite lays them
+-- out (a spill's chunk holds what it moves).
+local CHUNK = 64
+
+-- RPUSH of ids[from..to] in chunks.
+local function rpushAll(tk, ids, from, to)
+  local chunks = {}
+  for i = from, to, CHUNK do chunks[#chunks + 1] = packAll(ids, i, math.min(i + CHUNK - 1, to)) end
+  if #chunks > 0 then redis.call('RPUSH', tk, unpack(chunks)) end
+end
+
+-- The tail lives as long as the head.
+local function expireTail(hk, tk)
+  local ttl = redis.call('PTTL', hk)
+  if ttl > 0 then redis.call('PEXPIRE', tk, ttl) end
+end
+
+-- Writes a set's entries (ids, ascending) back: a complete set trimmed to
 -- maxlen (nil: no trim), and a whole one that lost entries so is whole no
--- more; the newest entry in the head, the rest in the tail key, which
--- expires with the head. The head keeps its time to live.
-local function store(hk, tk, h, p, maxlen)
-  if maxlen and not building(h) and bit.band(h.flags, COMPLETE) ~= 0 and #p > 8 * maxlen then
-    p = string.sub(p, -8 * maxlen)
+-- more; the newest keep entries (at least one) in the head, the rest in
+-- the tail, which expires with the head. The head keeps its time to live.
+local function store(hk, tk, h, ids, maxlen, keep)
+  local first = 1
+  if maxlen and not building(h) and bit.band(h.flags, COMPLETE) ~= 0 and #ids > maxlen then
+    first = #ids - maxlen + 1
     h.flags = bit.band(h.flags, bit.bnot(WHOLE))
   end
-  h.recent = string.sub(p, -8)
-  local tail = string.sub(p, 1, #p - #h.recent)
-  h.tailN = #tail / 8
+  local split = math.max(#ids - math.max(keep or 1, 1), first - 1)
+  h.recent = packAll(ids, split + 1, #ids)
+  h.tailN = split - first + 1
+  h.tailMax = 0
+  if h.tailN > 0 then h.tailMax = ids[split] end
   redis.call('SET', hk, headValue(h), 'KEEPTTL')
-  if #tail == 0 then
-    redis.call('DEL', tk)
-  else
-    local ttl = redis.call('PTTL', hk)
-    if ttl > 0 then redis.call('SET', tk, tail, 'PX', ttl) else redis.call('SET', tk, tail) end
+  redis.call('DEL', tk)
+  if h.tailN > 0 then
+    rpushAll(tk, ids, first, split)
+    expireTail(hk, tk)
   end
 end
 
@@ -79,7 +142,7 @@ end
 -- of nothing: it knows no bound, so it goes (with the user's following
 -- hash, fk, when given), and the next read rebuilds it.
 local function dropIfEmptyPrefix(hk, tk, h, fk)
-  if prefix(h) and #h.recent == 0 then
+  if prefix(h) and #h.recent == 0 and h.tailN == 0 then
     redis.call('DEL', hk, tk)
     if fk then redis.call('DEL', fk) end
     return true
@@ -87,65 +150,26 @@ local function dropIfEmptyPrefix(hk, tk, h, fk)
   return false
 end
 
--- The index (from 1) of the first entry of p that is >= id; #p/8 + 1 if none.
-local function search(p, id)
-  local lo, hi = 1, #p / 8 + 1
-  while lo < hi do
-    local mid = math.floor((lo + hi) / 2)
-    if num(p, 8 * mid - 7) < id then lo = mid + 1 else hi = mid end
-  end
-  return lo
-end
-
--- p with id in its place, whether it was new, and its index.
-local function insert(p, id)
-  local i = search(p, id)
-  if i <= #p / 8 and num(p, 8 * i - 7) == id then return p, false, i end
-  return string.sub(p, 1, 8 * i - 8) .. pack(id) .. string.sub(p, 8 * i - 7), true, i
-end
-
--- p without the entries of ids (numbers), and how many went: a binary
--- search each for a few, one pass for many.
-local function removeIds(p, ids)
-  local removed = 0
-  if #ids <= 16 then
-    for _, id in ipairs(ids) do
-      local i = search(p, id)
-      if i <= #p / 8 and num(p, 8 * i - 7) == id then
-        p = string.sub(p, 1, 8 * i - 8) .. string.sub(p, 8 * i + 1)
-        removed = removed + 1
-      end
-    end
-    return p, removed
-  end
-  local gone = {}
-  for _, id in ipairs(ids) do gone[id] = true end
-  local kept = {}
-  for pos = 1, #p, 8 do
-    if gone[num(p, pos)] then removed = removed + 1 else kept[#kept + 1] = string.sub(p, pos, pos + 7) end
-  end
-  return table.concat(kept), removed
-end
-
--- The union of two packed ascending lists, ascending, without repeats.
-local function union(a, b)
-  if #a == 0 then return b end
-  if #b == 0 then return a end
-  local out, i, j = {}, 1, 1
-  while i <= #a and j <= #b do
-    local x, y = num(a, i), num(b, j)
-    if x < y then out[#out + 1] = string.sub(a, i, i + 7); i = i + 8
-    elseif y < x then out[#out + 1] = string.sub(b, j, j + 7); j = j + 8
-    else out[#out + 1] = string.sub(a, i, i + 7); i = i + 8; j = j + 8 end
-  end
-  out[#out + 1] = string.sub(a, i)
-  out[#out + 1] = string.sub(b, j)
-  return table.concat(out)
-end
-
 local function drop(hk, tk, fk)
   redis.call('DEL', hk, tk)
   if fk then redis.call('DEL', fk) end
+end
+
+-- ids (ascending) with id in its place, whether it was new, and its index.
+local function insert(ids, id)
+  local i = search(#ids, function(k) return ids[k] end, id)
+  if ids[i] == id then return ids, false, i end
+  table.insert(ids, i, id)
+  return ids, true, i
+end
+
+-- ids (ascending) without those of gone (a set: id → true), and how many went.
+local function without(ids, gone)
+  local kept, removed = {}, 0
+  for _, id in ipairs(ids) do
+    if gone[id] then removed = removed + 1 else kept[#kept + 1] = id end
+  end
+  return kept, removed
 end
 
 local function numbers(from)
@@ -153,19 +177,78 @@ local function numbers(from)
   for i = from, #ARGV do ids[#ids + 1] = tonumber(ARGV[i]) end
   return ids
 end
+
+-- Trims a complete set's tail so that with the head's keep entries it
+-- holds maxlen: whole chunks go from its front (LPOP), and the rest of the
+-- oldest one's excess is cut in place (LSET).
+local function trimTail(tk, h, maxlen, keep)
+  if building(h) or bit.band(h.flags, COMPLETE) == 0 then return end
+  local cut = h.tailN + keep - maxlen
+  if cut <= 0 then return end
+  h.flags = bit.band(h.flags, bit.bnot(WHOLE))
+  while cut > 0 and h.tailN > 0 do
+    local c = redis.call('LINDEX', tk, 0)
+    local n = #c / 8
+    if n <= cut then
+      redis.call('LPOP', tk)
+      cut, h.tailN = cut - n, h.tailN - n
+    else
+      redis.call('LSET', tk, 0, string.sub(c, 8 * cut + 1))
+      h.tailN, cut = h.tailN - cut, 0
+    end
+  end
+  if h.tailN == 0 then
+    h.tailMax = 0
+    redis.call('DEL', tk)
+  end
+end
+
+-- Moves the older entries of a head that holds spillAt (v, its value) to
+-- the tail as one chunk, keeping its newest keep, and trims a complete set
+-- to maxlen. Entries pushed late into the head below the tail's newest are
+-- merged with the tail's newest chunk; when they are older than its
+-- first, the whole set is rewritten.
+local function spill(hk, tk, v, maxlen, keep)
+  local h = parseHead(v)
+  local moveN = #h.recent / 8 - keep
+  if moveN <= 0 then return end
+  local moved = string.sub(h.recent, 1, 8 * moveN)
+  local created = h.tailN == 0
+  if h.tailN > 0 and num(moved, 1) < h.tailMax then
+    local last = redis.call('LINDEX', tk, -1)
+    if type(last) ~= 'string' or #last == 0 or num(last, 1) > num(moved, 1) then
+      local ids = entries(h, tk)
+      if ids then store(hk, tk, h, ids, maxlen, keep) else drop(hk, tk, nil) end
+      return
+    end
+    redis.call('RPOP', tk)
+    h.tailN = h.tailN - #last / 8
+    created = h.tailN == 0
+    moved = packAll(union(unpackAll(last), unpackAll(moved)))
+  end
+  redis.call('RPUSH', tk, moved)
+  if created then expireTail(hk, tk) end
+  h.tailN = h.tailN + #moved / 8
+  h.tailMax = num(moved, #moved - 7)
+  trimTail(tk, h, maxlen, keep)
+  h.recent = string.sub(h.recent, 8 * moveN + 1)
+  redis.call('SET', hk, headValue(h), 'KEEPTTL')
+end
 `
 
 // pushScript adds one post (ARGV[1]) by ARGV[4] to every set among KEYS
 // that exists. The common case — the post is newer than every entry — is
-// one APPEND to the head; once the head holds ARGV[3] recent entries they
-// move to the tail, and a complete set is trimmed back to max_len
-// (ARGV[2]) then: the cost of a trim is paid once per ARGV[3] pushes, and
-// reads, which take the newest, never see the difference. A set under
-// rebuild is not trimmed (the rebuild's finish trims it, after merging what
-// it read: a post trimmed before would be missing above the bound). A post
-// older than every post of a complete prefix is left out: it would leave a
-// gap above it (reads find it in PostgreSQL); that includes a prefix of
-// nothing.
+// one APPEND to the head; a post older than the newest (fan-outs side by
+// side finish in any order) is written in place: into the head's bytes
+// (SETRANGE), or into the tail's chunk that covers it (LSET), found by
+// walking back from the newest chunk. Once the head holds ARGV[3] entries, the older half moves to the
+// tail, and a complete set is trimmed back to max_len (ARGV[2]) then: the
+// cost of a trim is paid once per ARGV[3]/2 pushes, and reads, which take
+// the newest, never see the difference. A set under rebuild is not trimmed
+// (the rebuild's finish trims it, after merging what it read: a post
+// trimmed before would be missing above the bound). A post older than
+// every post of a complete prefix is left out: it would leave a gap above
+// it (reads find it in PostgreSQL); that includes a prefix of nothing.
 //
 // For feeds (ARGV[4] not empty), KEYS come in threes: each feed's head and
 // tail, then its reader's following hash, and a post goes only into the
@@ -189,6 +272,10 @@ var pushScript = redis.NewScript(luaCommon + `
 local id = tonumber(ARGV[1])
 local e = pack(id)
 local maxlen, spillAt = tonumber(ARGV[2]), tonumber(ARGV[3])
+local keep = math.max(math.floor(spillAt / 2), 1)
+-- how many of the tail's chunks a late push walks back (each an LINDEX)
+-- before it rewrites the set instead
+local maxWalk = 16
 local author = ARGV[4]
 local asOf = tonumber(ARGV[6])
 local step = 2
@@ -203,7 +290,7 @@ for j = 1, #heads do
     local i = (j - 1) * step + 1
     local hk, tk, fk = KEYS[i], KEYS[i + 1], KEYS[i + 2]
     local ok = true
-    if step == 3 and (string.sub(v, 3, 10) ~= NOTOKEN or num(v, 11) >= asOf) then
+    if step == 3 and (bit.band(string.byte(v, 2), BUILDING) ~= 0 or num(v, 11) >= asOf) then
       if redis.call('HEXISTS', fk, author) == 0 then
         if redis.call('HEXISTS', fk, 'v') == 1 then
           ok = false -- the reader does not follow the author
@@ -219,22 +306,68 @@ for j = 1, #heads do
     elseif n > 0 and num(v, #v - 7) < id then
       redis.call('APPEND', hk, e)
       added = added + 1
-      if n + 1 >= spillAt then
-        local h = parseHead(v .. e)
-        local p = entries(h, tk)
-        if p then store(hk, tk, h, p, maxlen) else drop(hk, tk, nil) end
-      end
+      if n + 1 >= spillAt then spill(hk, tk, v .. e, maxlen, keep) end
     elseif n == 0 or num(v, #v - 7) > id then
       -- older than the newest entry: into its place, if it is not there
-      local h = parseHead(v)
-      local p = entries(h, tk)
-      if not p then
-        drop(hk, tk, nil)
-      else
-        local q, new, at = insert(p, id)
-        if new and not (at == 1 and prefix(h)) then
-          store(hk, tk, h, q, maxlen)
+      local function at(k) return num(v, HEADER + 8 * k - 7) end
+      local tailN, tailMax = (struct.unpack('>I4', v, 19)), num(v, 23)
+      local h = {flags = string.byte(v, 2), token = string.sub(v, 3, 10)}
+      local inHead = true -- its place is in the head; nil: not at all
+      if tailN > 0 and id <= tailMax then
+        -- Its place is in the tail: the chunks from the newest back, to the
+        -- first that starts at or below it, which then takes it in place.
+        inHead = nil
+        local c, chunk = -1, nil
+        repeat
+          chunk = redis.call('LINDEX', tk, c)
+          if type(chunk) ~= 'string' or #chunk == 0 then break end
+          if num(chunk, 1) <= id then break end
+          c = c - 1
+        until -c > maxWalk
+        if type(chunk) == 'string' and #chunk > 0 and num(chunk, 1) <= id then
+          local m = #chunk / 8
+          local k = search(m, function(x) return num(chunk, 8 * x - 7) end, id)
+          if not (k <= m and num(chunk, 8 * k - 7) == id) then
+            redis.call('LSET', tk, c, string.sub(chunk, 1, 8 * k - 8) .. e .. string.sub(chunk, 8 * k - 7))
+            redis.call('SETRANGE', hk, 18, struct.pack('>I4', tailN + 1))
+            added = added + 1
+          end
+        elseif -c > maxWalk then
+          inHead = false -- far older than the newest: the whole set decides
+        else
+          -- older than every entry of the tail (ran past its oldest chunk)
+          local oldest = redis.call('LINDEX', tk, 0)
+          if type(oldest) ~= 'string' then
+            inHead = false
+          elseif not (prefix(h) and id < at(1)) then -- below every post of a prefix: left out
+            redis.call('LSET', tk, 0, e .. oldest)
+            redis.call('SETRANGE', hk, 18, struct.pack('>I4', tailN + 1))
+            added = added + 1
+          end
+        end
+      end
+      if inHead then
+        local k = search(n, at, id)
+        if not (k <= n and at(k) == id) and not (k == 1 and tailN == 0 and prefix(h)) then
+          local off = HEADER + 8 * (k - 1)
+          redis.call('SETRANGE', hk, off, e .. string.sub(v, off + 1))
           added = added + 1
+          if n + 1 >= spillAt then
+            spill(hk, tk, string.sub(v, 1, off) .. e .. string.sub(v, off + 1), maxlen, keep)
+          end
+        end
+      elseif inHead == false then
+        local full = parseHead(v)
+        local ids = entries(full, tk)
+        if not ids then
+          drop(hk, tk, nil)
+        else
+          local new, k
+          ids, new, k = insert(ids, id)
+          if new and not (k == 1 and prefix(full)) then
+            store(hk, tk, full, ids, maxlen, keep)
+            added = added + 1
+          end
         end
       end
     end
@@ -279,22 +412,24 @@ if not h or building(h) or redis.call('HEXISTS', fk, 'v') == 0
     or redis.call('HEXISTS', fk, ARGV[3]) == 0 then
   return 0
 end
-local p = entries(h, tk)
-if not p then
+local ids = entries(h, tk)
+if not ids then
   drop(hk, tk, fk)
   return 0
 end
 local bound = nil -- nil: the feed is whole
 if bit.band(h.flags, WHOLE) == 0 then
-  if #p == 0 then -- cannot be: the scripts drop empty prefixes
+  if #ids == 0 then -- cannot be: the scripts drop empty prefixes
     drop(hk, tk, fk)
     return 0
   end
-  bound = num(p, 1)
+  bound = ids[1]
 end
 local floor = tonumber(ARGV[2])
 if floor > 0 then
-  p = string.sub(p, 8 * search(p, floor) - 7)
+  local kept = {}
+  for _, id in ipairs(ids) do if id >= floor then kept[#kept + 1] = id end end
+  ids = kept
   h.flags = bit.band(h.flags, bit.bnot(WHOLE))
   if bound == nil or bound < floor then bound = floor end
 end
@@ -302,11 +437,11 @@ local added = 0
 for _, id in ipairs(numbers(4)) do
   if bound == nil or id >= bound then
     local new
-    p, new = insert(p, id)
+    ids, new = insert(ids, id)
     if new then added = added + 1 end
   end
 end
-store(hk, tk, h, p, tonumber(ARGV[1]))
+store(hk, tk, h, ids, tonumber(ARGV[1]))
 dropIfEmptyPrefix(hk, tk, h, fk)
 return added
 `)
@@ -327,33 +462,34 @@ return added
 var unfollowScript = redis.NewScript(luaCommon + `
 local hk, tk, fk = KEYS[1], KEYS[2], KEYS[3]
 local h = getHead(hk)
-local p = h and entries(h, tk)
-if not p or building(h) or redis.call('HEXISTS', fk, 'v') == 0 then
+local ids = h and entries(h, tk)
+if not ids or building(h) or redis.call('HEXISTS', fk, 'v') == 0 then
   drop(hk, tk, fk)
   return 0
 end
-if #p > 0 and (ARGV[3] == '-' or num(p, 1) < tonumber(ARGV[3])) then
+if #ids > 0 and (ARGV[3] == '-' or ids[1] < tonumber(ARGV[3])) then
   return -1
 end
 redis.call('HDEL', fk, ARGV[1])
 redis.call('HINCRBY', fk, 'v', 1)
 redis.call('EXPIRE', fk, ARGV[2])
+local gone = {}
+for _, id in ipairs(numbers(5)) do gone[id] = true end
 local removed
-p, removed = removeIds(p, numbers(5))
+ids, removed = without(ids, gone)
 h.asOf = math.max(h.asOf, tonumber(ARGV[4]))
-store(hk, tk, h, p, nil)
+store(hk, tk, h, ids, nil)
 dropIfEmptyPrefix(hk, tk, h, fk)
 return removed
 `)
 
 // removeScript takes posts (ARGV) out of every set among KEYS (head, tail
 // pairs: a deleted post leaving its author's followers' feeds), dropping a
-// set left a prefix of nothing. Posts newer than a set's older entries are
-// looked for in its head alone. It returns how many entries it removed.
+// set left a prefix of nothing: out of the head's bytes, or out of the
+// tail's chunk that holds it (LSET). The newest entry stays in the head
+// (from the tail's end when the head lost its own). It returns how many entries it removed.
 var removeScript = redis.NewScript(luaCommon + `
 local ids = numbers(1)
-local lowest = math.huge
-for _, id in ipairs(ids) do lowest = math.min(lowest, id) end
 local heads = {}
 for i = 1, #KEYS, 2 do heads[#heads + 1] = KEYS[i] end
 local values = redis.call('MGET', unpack(heads))
@@ -362,29 +498,58 @@ for j = 1, #heads do
   local h = parseHead(values[j])
   if h then
     local hk, tk = KEYS[2 * j - 1], KEYS[2 * j]
-    local recent, n = removeIds(h.recent, ids)
-    if h.tailN == 0 or (#recent > 0 and lowest >= num(h.recent, 1)) then
-      -- only the head may hold them, and it keeps an entry (the newest
-      -- entry stays in the head while the tail holds any)
-      if n > 0 then
-        h.recent = recent
-        redis.call('SET', hk, headValue(h), 'KEEPTTL')
-        dropIfEmptyPrefix(hk, tk, h, nil)
-      end
-    else
-      local p = entries(h, tk)
-      if not p then
-        drop(hk, tk, nil)
-        n = 0
-      else
-        p, n = removeIds(p, ids)
-        if n > 0 then
-          store(hk, tk, h, p, nil)
-          dropIfEmptyPrefix(hk, tk, h, nil)
+    local recent = unpackAll(h.recent)
+    local n = 0
+    local chunks = nil -- the tail's, read when needed
+    for _, id in ipairs(ids) do
+      local k = search(#recent, function(x) return recent[x] end, id)
+      if recent[k] == id then
+        table.remove(recent, k)
+        n = n + 1
+      elseif h.tailN > 0 and id <= h.tailMax then
+        chunks = chunks or redis.call('LRANGE', tk, 0, -1)
+        for c = #chunks, 1, -1 do
+          local chunk = chunks[c]
+          if #chunk > 0 and num(chunk, 1) <= id then
+            local x = search(#chunk / 8, function(y) return num(chunk, 8 * y - 7) end, id)
+            if x <= #chunk / 8 and num(chunk, 8 * x - 7) == id then
+              chunks[c] = string.sub(chunk, 1, 8 * x - 8) .. string.sub(chunk, 8 * x + 1)
+              redis.call('LSET', tk, c - 1, chunks[c])
+              h.tailN = h.tailN - 1
+              n = n + 1
+            end
+            break
+          end
         end
       end
     end
-    removed = removed + n
+    if n > 0 then
+      if chunks then
+        redis.call('LREM', tk, 0, '') -- chunks left empty
+        local kept = {}
+        for _, c in ipairs(chunks) do if #c > 0 then kept[#kept + 1] = c end end
+        chunks = kept
+        h.tailMax = 0
+        if #chunks > 0 then h.tailMax = num(chunks[#chunks], #chunks[#chunks] - 7) end
+      end
+      -- the head keeps the newest entry: from the tail's end when it lost its own
+      while h.tailN > 0 and (#recent == 0 or recent[#recent] < h.tailMax) do
+        local c = redis.call('RPOP', tk)
+        local x = num(c, #c - 7)
+        if #c > 8 then redis.call('RPUSH', tk, string.sub(c, 1, #c - 8)) end
+        recent = insert(recent, x)
+        h.tailN = h.tailN - 1
+        h.tailMax = 0
+        if h.tailN > 0 then
+          local last = redis.call('LINDEX', tk, -1)
+          h.tailMax = num(last, #last - 7)
+        end
+      end
+      h.recent = packAll(recent)
+      redis.call('SET', hk, headValue(h), 'KEEPTTL')
+      dropIfEmptyPrefix(hk, tk, h, nil)
+      removed = removed + n
+    end
   end
 end
 return removed
@@ -408,8 +573,8 @@ var finishRebuildScript = redis.NewScript(luaCommon + `
 local hk, tk, fk = KEYS[1], KEYS[2], KEYS[3]
 local h = getHead(hk)
 if not h or h.token ~= ARGV[4] then return 0 end
-local p = entries(h, tk)
-if not p then
+local ids = entries(h, tk)
+if not ids then
   drop(hk, tk, nil)
   return 0
 end
@@ -422,10 +587,10 @@ if fk then
     local fields = redis.call('HGETALL', fk)
     for j = 1, #fields, 2 do
       if string.sub(fields[j], 1, 1) == 'p' and not followed[fields[j + 1]] then
-        gone[#gone + 1] = tonumber(string.sub(fields[j], 2))
+        gone[tonumber(string.sub(fields[j], 2))] = true
       end
     end
-    p = removeIds(p, gone)
+    ids = without(ids, gone)
   end
   redis.call('DEL', fk)
   redis.call('HSET', fk, 'v', ARGV[6])
@@ -434,13 +599,13 @@ if fk then
   end
   redis.call('EXPIRE', fk, ARGV[2])
 end
-p = union(p, ARGV[#ARGV])
+ids = union(ids, unpackAll(ARGV[#ARGV]))
 h.token = NOTOKEN
 h.flags = COMPLETE
 if ARGV[3] == '1' then h.flags = COMPLETE + WHOLE end
 h.asOf = tonumber(ARGV[7])
 redis.call('EXPIRE', hk, ARGV[2])
-store(hk, tk, h, p, tonumber(ARGV[1]))
+store(hk, tk, h, ids, tonumber(ARGV[1]))
 return 1
 `)
 

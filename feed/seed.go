@@ -54,11 +54,12 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 // uses it to measure fan-out and memory at full feeds. The ids must be of
 // posts older than any the caller pushes next.
 func (f *Feeds) SeedFull(ctx context.Context, readers map[int64][]int64, postIDs []int64) error {
-	headV, tailV := setValues(postIDs, f.cfg.MaxLen, false)
+	headV, tail := setValues(postIDs, f.cfg.MaxLen, false)
 	return f.seed(ctx, readers, func(p redis.Pipeliner, set setKeys) {
 		p.Set(ctx, set.head, headV, f.cfg.ActiveTTL)
-		if len(tailV) > 0 {
-			p.Set(ctx, set.tail, tailV, f.cfg.ActiveTTL)
+		if len(tail) > 0 {
+			p.RPush(ctx, set.tail, tail...)
+			p.Expire(ctx, set.tail, f.cfg.ActiveTTL)
 		}
 	})
 }
