@@ -73,6 +73,10 @@ type Config struct {
 	// WaitTimeout bounds the wait for those replicas; fewer in time fail
 	// the write, which is tried again (redis.wait_timeout). Defaults to 1s.
 	WaitTimeout time.Duration
+	// PushSlots is how many pushes of this Feeds run their scripts at once;
+	// the others wait, and go oldest post first (see pushOrder). Defaults
+	// to 2: one running in Redis, one on its way.
+	PushSlots int
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
 }
@@ -85,6 +89,7 @@ type Feeds struct {
 	keys     keys
 	log      *zap.Logger
 	replicas *replicas.Waiter // nil: no wait
+	order    *pushOrder
 }
 
 // New builds Feeds on a Redis client and the PostgreSQL store.
@@ -110,8 +115,11 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
 	if cfg.WaitTimeout <= 0 {
 		cfg.WaitTimeout = time.Second
 	}
+	if cfg.PushSlots <= 0 {
+		cfg.PushSlots = 2
+	}
 	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger,
-		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout)}
+		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout), order: newPushOrder(cfg.PushSlots)}
 }
 
 // maxPipeline bounds the commands sent in one pipeline; very large pipelines

@@ -21,7 +21,11 @@ func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []in
 		keys = append(keys, f.keys.feed(u), f.keys.feedTail(u), f.keys.following(u))
 	}
 	since := f.replicas.Begin(ctx, keys...)
+	if err := f.order.acquire(ctx, postID); err != nil {
+		return 0, fmt.Errorf("push post %d to feeds: %w", postID, err)
+	}
 	added, err := f.runOverKeys(ctx, pushScript, keys, 3, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), authorID, f.buildTTLSeconds(), asOf)
+	f.order.release()
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
