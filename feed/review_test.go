@@ -1,0 +1,203 @@
+package feed_test
+
+import (
+	"context"
+	"encoding/binary"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/feed"
+)
+
+// checkLayout reads user's feed keys raw and checks the layout invariants of
+// encoding.go: ascending head and chunks, chunks ascending, no repeats,
+// tailN and tailMax right, every tail entry ≤ tailMax ≤ the head's last, a
+// non-empty head whenever the tail is non-empty, and a tail that expires
+// when the head does.
+func (b *bundle) checkLayout(t *testing.T, user int64) {
+	t.Helper()
+	b.checkLayoutTTL(t, user, true)
+}
+
+func (b *bundle) checkLayoutTTL(t *testing.T, user int64, ttl bool) {
+	t.Helper()
+	ctx := context.Background()
+	keys := feed.StorageKeys(b.prefix, user)
+	v, err := b.rdb.Get(ctx, keys[0]).Bytes()
+	if err != nil {
+		n, _ := b.rdb.Exists(ctx, keys[1]).Result()
+		require.Zero(t, n, "a tail without its head")
+		return
+	}
+	require.GreaterOrEqual(t, len(v), 30)
+	require.Zero(t, (len(v)-30)%8)
+	tailN := int(binary.BigEndian.Uint32(v[18:22]))
+	tailMax := int64(binary.BigEndian.Uint64(v[22:30]))
+	var recent []int64
+	for p := 30; p < len(v); p += 8 {
+		recent = append(recent, int64(binary.BigEndian.Uint64(v[p:])))
+	}
+	chunks, err := b.rdb.LRange(ctx, keys[1], 0, -1).Result()
+	require.NoError(t, err)
+	var tail []int64
+	for _, c := range chunks {
+		require.NotEmpty(t, c, "an empty chunk")
+		require.Zero(t, len(c)%8)
+		for p := 0; p < len(c); p += 8 {
+			tail = append(tail, int64(binary.BigEndian.Uint64([]byte(c[p:]))))
+		}
+	}
+	for i := 1; i < len(recent); i++ {
+		require.Less(t, recent[i-1], recent[i], "head ascending: %v", recent)
+	}
+	for i := 1; i < len(tail); i++ {
+		require.Less(t, tail[i-1], tail[i], "tail ascending: %v", tail)
+	}
+	require.Equal(t, len(tail), tailN, "tailN")
+	if len(tail) == 0 {
+		require.Zero(t, tailMax, "tailMax of an empty tail")
+		return
+	}
+	require.Equal(t, tail[len(tail)-1], tailMax, "tailMax")
+	require.NotEmpty(t, recent, "an empty head with a tail")
+	require.Less(t, tailMax, recent[len(recent)-1], "the head's last is the newest")
+	for _, id := range recent {
+		for _, x := range tail {
+			require.NotEqual(t, id, x, "in head and tail")
+		}
+	}
+	if !ttl {
+		return
+	}
+	headTTL, err := b.rdb.PTTL(ctx, keys[0]).Result()
+	require.NoError(t, err)
+	tailTTL, err := b.rdb.PTTL(ctx, keys[1]).Result()
+	require.NoError(t, err)
+	if headTTL > 0 {
+		require.Greater(t, tailTTL, time.Duration(0), "the tail expires with the head (head %v, tail %v)", headTTL, tailTTL)
+	}
+}
+
+// truth is the ids of posts, newest first.
+func newestFirst(ids ...int64) []int64 { return reversed(ids) }
+
+// A remove that takes the head's only entry pulls the tail's newest into the
+// head: when the tail is one chunk, RPOP deletes the list and the RPUSH of
+// what is left of it makes a new key without a time to live.
+func TestReviewRemoveHeadOnlyEntryKeepsTailTTL(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	p1, p2, p3 := b.post(t, 1), b.post(t, 1), b.post(t, 1)
+	require.Equal(t, newestFirst(p1, p2, p3), b.readAll(t, 10, 20)) // rebuilt: head [p3], tail [[p1 p2]]
+	b.checkLayout(t, 10)
+	require.NoError(t, b.db.DeletePost(ctx, p3, 1))
+	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{p3}))
+	require.Equal(t, []int64{p1, p2}, b.stored(t, 10).IDs)
+	b.checkLayout(t, 10)
+}
+
+// The layout promises that a head whose tail is gone (evicted, expired
+// apart) reads as missing and is rebuilt. A remove that empties the head of
+// such a set must not fail.
+func TestReviewRemoveWithLostTail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	p1, p2, p3 := b.post(t, 1), b.post(t, 1), b.post(t, 1)
+	require.Equal(t, newestFirst(p1, p2, p3), b.readAll(t, 10, 20))
+	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[1]).Err()) // the tail is lost
+	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{p3}), "remove from a feed whose tail is lost")
+}
+
+// A push that spills into a set whose tail is lost must not fail, and must
+// not keep the post from the other feeds of the same page.
+func TestReviewPushSpillWithLostTail(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{MaxLen: 4}) // spillAt 1: every push spills
+	b.follow(t, 10, 1)
+	b.follow(t, 11, 1)
+	require.Empty(t, b.readAll(t, 10, 20)) // whole, empty
+	require.Empty(t, b.readAll(t, 11, 20))
+	a, x, c, d, e := b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1)
+	for _, id := range []int64{a, c, d, e} {
+		_, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
+		require.NoError(t, err)
+	}
+	// x lands late, into the tail: 5 entries, one more than max_len (slack).
+	_, err := b.feeds.Push(ctx, 1, x, []int64{10, 11}, b.now(t))
+	require.NoError(t, err)
+	b.checkLayout(t, 10)
+	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[1]).Err()) // 10's tail is lost
+	f := b.post(t, 1)
+	_, err = b.feeds.Push(ctx, 1, f, []int64{10, 11}, b.now(t))
+	assert.NoError(t, err, "push into a feed whose tail is lost")
+	require.True(t, b.stored(t, 11).Has(f), "the other reader of the page gained the post")
+	require.Equal(t, newestFirst(a, x, c, d, e, f), b.readAll(t, 10, 20))
+}
+
+// Out-of-order pushes: walking chunks back, below the oldest chunk of a
+// whole set and of a prefix, duplicates into head and tail, far older than
+// maxWalk chunks, and removes that empty chunks or take the tail's newest.
+func TestReviewOutOfOrderAndRemoves(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, maxLen := range []int{1, 2, 3, 4, 16, 40} {
+		b := setup(t, feed.Config{MaxLen: maxLen})
+		b.follow(t, 10, 1)
+		require.Empty(t, b.readAll(t, 10, 20))
+		var ids []int64
+		for range 60 {
+			ids = append(ids, b.post(t, 1))
+		}
+		push := func(id int64) {
+			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
+			require.NoError(t, err)
+			b.checkLayout(t, 10)
+		}
+		// every third post first, then the rest from the newest down, each twice
+		for i := 0; i < len(ids); i += 3 {
+			push(ids[i])
+		}
+		for i := len(ids) - 1; i >= 0; i-- {
+			push(ids[i])
+			push(ids[i])
+		}
+		want := reversed(ids)
+		require.Equal(t, want, b.readAll(t, 10, 7), "max_len %d", maxLen)
+		s := b.stored(t, 10)
+		require.True(t, s.Complete)
+		// remove the newest entries one by one, and some from the tail
+		dead := map[int64]bool{}
+		for k := 0; k < 5; k++ {
+			st := b.stored(t, 10).IDs
+			if len(st) == 0 { // a prefix of nothing was dropped: the read rebuilds it
+				b.readAll(t, 10, 7)
+				st = b.stored(t, 10).IDs
+			}
+			gone := []int64{st[len(st)-1]}
+			if len(st) > 3 {
+				gone = append(gone, st[len(st)-3])
+			}
+			for _, g := range gone {
+				require.NoError(t, b.db.DeletePost(ctx, g, 1))
+				dead[g] = true
+			}
+			require.NoError(t, b.feeds.Remove(ctx, []int64{10}, gone))
+			b.checkLayoutTTL(t, 10, false) // TTL: see TestReviewRemoveHeadOnlyEntryKeepsTailTTL
+		}
+		var left []int64
+		for _, id := range want {
+			if !dead[id] {
+				left = append(left, id)
+			}
+		}
+		require.Equal(t, left, b.readAll(t, 10, 7), "max_len %d", maxLen)
+	}
+}
