@@ -24,10 +24,7 @@ import (
 //	                             at both ends without copying the rest)
 //
 // Entries are post ids, ascending in each of the two, and never in both;
-// the head holds the newest entry. A push of a post
-// a few places older than the newest (fan-outs side by side finish in any
-// order) lands in the head too, even below the tail's newest entry, and the
-// next spill merges them: a read merges the two. The header is 30 bytes:
+// every head entry is newer than every tail entry. The header is 30 bytes:
 //
 //	byte  1      0xF1, this layout
 //	byte  2      flags: 1 complete (a newest prefix of the truth, every post
@@ -62,7 +59,7 @@ const (
 )
 
 // spillAt is how many entries the head gathers before the older half of
-// them moves to the tail: an eighth of max_len (at most 128), so the tail is
+// them moves to the tail: an eighth of max_len (at most 64), so the tail is
 // rewritten (and a full feed trimmed) once per spillAt/2 pushes, and a post
 // pushed up to spillAt/2 places out of order changes the head alone.
 func spillAt(maxLen int) int { return min(max(maxLen/8, 1), 64) }

@@ -182,12 +182,13 @@ end
 -- holds maxlen: whole chunks go from its front (LPOP), and the rest of the
 -- oldest one's excess is cut in place (LSET).
 local function trimTail(tk, h, maxlen, keep)
-  if building(h) or bit.band(h.flags, COMPLETE) == 0 then return end
+  if building(h) or bit.band(h.flags, COMPLETE) == 0 then return true end
   local cut = h.tailN + keep - maxlen
-  if cut <= 0 then return end
+  if cut <= 0 then return true end
   h.flags = bit.band(h.flags, bit.bnot(WHOLE))
   while cut > 0 and h.tailN > 0 do
     local c = redis.call('LINDEX', tk, 0)
+    if type(c) ~= 'string' then return false end -- the tail is short: lost
     local n = #c / 8
     if n <= cut then
       redis.call('LPOP', tk)
@@ -201,36 +202,33 @@ local function trimTail(tk, h, maxlen, keep)
     h.tailMax = 0
     redis.call('DEL', tk)
   end
+  return true
 end
 
 -- Moves the older entries of a head that holds spillAt (v, its value) to
 -- the tail as one chunk, keeping its newest keep, and trims a complete set
--- to maxlen. Entries pushed late into the head below the tail's newest are
--- merged with the tail's newest chunk; when they are older than its
--- first, the whole set is rewritten.
+-- to maxlen. Every head entry is newer than the tail's newest (a post
+-- older than that goes into the tail), so the chunk goes at the tail's end.
+-- A tail that is not as long as the header says (lost apart from the head)
+-- drops the set, which the next read rebuilds.
 local function spill(hk, tk, v, maxlen, keep)
   local h = parseHead(v)
   local moveN = #h.recent / 8 - keep
   if moveN <= 0 then return end
   local moved = string.sub(h.recent, 1, 8 * moveN)
-  local created = h.tailN == 0
-  if h.tailN > 0 and num(moved, 1) < h.tailMax then
-    local last = redis.call('LINDEX', tk, -1)
-    if type(last) ~= 'string' or #last == 0 or num(last, 1) > num(moved, 1) then
-      local ids = entries(h, tk)
-      if ids then store(hk, tk, h, ids, maxlen, keep) else drop(hk, tk, nil) end
-      return
-    end
-    redis.call('RPOP', tk)
-    h.tailN = h.tailN - #last / 8
-    created = h.tailN == 0
-    moved = packAll(union(unpackAll(last), unpackAll(moved)))
+  local length = redis.call('LLEN', tk)
+  if (h.tailN > 0) ~= (length > 0) or num(moved, 1) <= h.tailMax then
+    drop(hk, tk, nil)
+    return
   end
   redis.call('RPUSH', tk, moved)
-  if created then expireTail(hk, tk) end
-  h.tailN = h.tailN + #moved / 8
+  if length == 0 then expireTail(hk, tk) end
+  h.tailN = h.tailN + moveN
   h.tailMax = num(moved, #moved - 7)
-  trimTail(tk, h, maxlen, keep)
+  if not trimTail(tk, h, maxlen, keep) then
+    drop(hk, tk, nil)
+    return
+  end
   h.recent = string.sub(h.recent, 8 * moveN + 1)
   redis.call('SET', hk, headValue(h), 'KEEPTTL')
 end
@@ -532,22 +530,34 @@ for j = 1, #heads do
         h.tailMax = 0
         if #chunks > 0 then h.tailMax = num(chunks[#chunks], #chunks[#chunks] - 7) end
       end
-      -- the head keeps the newest entry: from the tail's end when it lost its own
-      while h.tailN > 0 and (#recent == 0 or recent[#recent] < h.tailMax) do
+      -- the head keeps the newest entry: from the tail's end when it lost
+      -- its own (a tail shorter than the header says drops the set)
+      local lost = false
+      while not lost and h.tailN > 0 and (#recent == 0 or recent[#recent] < h.tailMax) do
         local c = redis.call('RPOP', tk)
-        local x = num(c, #c - 7)
-        if #c > 8 then redis.call('RPUSH', tk, string.sub(c, 1, #c - 8)) end
-        recent = insert(recent, x)
-        h.tailN = h.tailN - 1
-        h.tailMax = 0
-        if h.tailN > 0 then
-          local last = redis.call('LINDEX', tk, -1)
-          h.tailMax = num(last, #last - 7)
+        if type(c) ~= 'string' or #c == 0 then
+          lost = true
+        else
+          recent = insert(recent, num(c, #c - 7))
+          h.tailN = h.tailN - 1
+          h.tailMax = 0
+          if #c > 8 then
+            redis.call('RPUSH', tk, string.sub(c, 1, #c - 8))
+            expireTail(hk, tk) -- the RPOP may have emptied the list, and its time to live went with it
+          end
+          if h.tailN > 0 then
+            local last = redis.call('LINDEX', tk, -1)
+            if type(last) ~= 'string' then lost = true else h.tailMax = num(last, #last - 7) end
+          end
         end
       end
-      h.recent = packAll(recent)
-      redis.call('SET', hk, headValue(h), 'KEEPTTL')
-      dropIfEmptyPrefix(hk, tk, h, nil)
+      if lost then
+        drop(hk, tk, nil)
+      else
+        h.recent = packAll(recent)
+        redis.call('SET', hk, headValue(h), 'KEEPTTL')
+        dropIfEmptyPrefix(hk, tk, h, nil)
+      end
       removed = removed + n
     end
   end

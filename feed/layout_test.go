@@ -87,7 +87,7 @@ func newestFirst(ids ...int64) []int64 { return reversed(ids) }
 // A remove that takes the head's only entry pulls the tail's newest into the
 // head: when the tail is one chunk, RPOP deletes the list and the RPUSH of
 // what is left of it makes a new key without a time to live.
-func TestReviewRemoveHeadOnlyEntryKeepsTailTTL(t *testing.T) {
+func TestLayoutRemoveHeadOnlyEntryKeepsTailTTL(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, feed.Config{})
@@ -104,7 +104,7 @@ func TestReviewRemoveHeadOnlyEntryKeepsTailTTL(t *testing.T) {
 // The layout promises that a head whose tail is gone (evicted, expired
 // apart) reads as missing and is rebuilt. A remove that empties the head of
 // such a set must not fail.
-func TestReviewRemoveWithLostTail(t *testing.T) {
+func TestLayoutRemoveWithLostTail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, feed.Config{})
@@ -117,7 +117,7 @@ func TestReviewRemoveWithLostTail(t *testing.T) {
 
 // A push that spills into a set whose tail is lost must not fail, and must
 // not keep the post from the other feeds of the same page.
-func TestReviewPushSpillWithLostTail(t *testing.T) {
+func TestLayoutPushSpillWithLostTail(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, feed.Config{MaxLen: 4}) // spillAt 1: every push spills
@@ -145,7 +145,7 @@ func TestReviewPushSpillWithLostTail(t *testing.T) {
 // Out-of-order pushes: walking chunks back, below the oldest chunk of a
 // whole set and of a prefix, duplicates into head and tail, far older than
 // maxWalk chunks, and removes that empty chunks or take the tail's newest.
-func TestReviewOutOfOrderAndRemoves(t *testing.T) {
+func TestLayoutOutOfOrderAndRemoves(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, maxLen := range []int{1, 2, 3, 4, 16, 40} {
@@ -190,7 +190,7 @@ func TestReviewOutOfOrderAndRemoves(t *testing.T) {
 				dead[g] = true
 			}
 			require.NoError(t, b.feeds.Remove(ctx, []int64{10}, gone))
-			b.checkLayoutTTL(t, 10, false) // TTL: see TestReviewRemoveHeadOnlyEntryKeepsTailTTL
+			b.checkLayoutTTL(t, 10, false) // TTL: see TestLayoutRemoveHeadOnlyEntryKeepsTailTTL
 		}
 		var left []int64
 		for _, id := range want {
