@@ -67,6 +67,7 @@ type System struct {
 
 	registry        *prometheus.Registry
 	fanoutMetrics   *fanout.Metrics
+	redisSettings   *prometheus.GaugeVec
 	dispatchMetrics *outbox.Metrics
 	closers         []func()
 }
@@ -149,6 +150,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	)
 	s.fanoutMetrics = fanout.NewMetrics(s.registry)
 	s.dispatchMetrics = outbox.NewMetrics(s.registry)
+	s.redisSettings = redisSettingsGauge(s.registry)
 	ok = true
 	return s, nil
 }
@@ -279,6 +281,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return s.checkRedisSettings(gctx) })
 	if err := s.startRoles(gctx, g, roles, secret); err != nil {
 		cancel() // what had started stops
 		_ = g.Wait()

@@ -57,6 +57,11 @@ type Config struct {
 		// work, which is done again shortly (not counted as a failure).
 		// 1ms to maxWaitTimeout. Defaults to 1s.
 		WaitTimeout time.Duration `koanf:"wait_timeout"`
+		// Configure lets the product raise, with CONFIG SET at start, the
+		// Redis settings below what stores a reader's data compactly
+		// (feed.ServerSettings); without it they are only checked and a
+		// warning is logged. Defaults to false.
+		Configure bool `koanf:"configure"`
 	} `koanf:"redis"`
 	HTTP struct {
 		// Addr is the listen address of serve and all. Defaults to :8080.
@@ -198,6 +203,7 @@ var defaults = map[string]any{
 	"redis.prefix":                 "nf:",
 	"redis.wait_replicas":          0,
 	"redis.wait_timeout":           "1s",
+	"redis.configure":              false,
 	"http.addr":                    ":8080",
 	"http.read_header_timeout":     "5s",
 	"http.read_timeout":            "30s",

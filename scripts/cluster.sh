@@ -115,6 +115,7 @@ start_node() {
   mkdir -p "$dir"
   redis-server --cluster-enabled yes --port "$p" --bind 127.0.0.1 --daemonize yes \
     --save "" --appendonly no --cluster-node-timeout "$node_timeout" --repl-diskless-sync-delay 0 \
+    --hash-max-listpack-entries 1024 \
     --cluster-config-file "nodes-$p.conf" --dir "$dir" \
     --pidfile "$dir/redis.pid" --logfile "$dir/redis.log" >/dev/null 9>&- ||
     die_log "redis-server for 127.0.0.1:$p did not start" "$(node_log "$p")"
