@@ -29,7 +29,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/redis/go-redis/v9"
 
-	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/store"
 )
 
@@ -101,10 +100,6 @@ type runner struct {
 	// redisLabel names the Redis the stages run on ("single", "cluster,
 	// 3 primaries"), and nameSuffix follows their names on a cluster.
 	redisLabel, nameSuffix string
-}
-
-func (r *runner) feedKey(user int64) string {
-	return feed.Key(r.h.Prefix, user)
 }
 
 // stopInProcessWorkers stops the in-process workers, once, and reports

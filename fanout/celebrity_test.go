@@ -26,10 +26,6 @@ ON CONFLICT (user_id) DO UPDATE SET followers = EXCLUDED.followers`, author, n)
 	require.NoError(t, err)
 }
 
-func (b *testBundle) timelineKey(authorID int64) string {
-	return b.prefix + "timeline:{" + strconv.FormatInt(authorID, 10) + "}"
-}
-
 // inTimeline reports whether the author's timeline holds the post.
 func (b *testBundle) inTimeline(t *testing.T, authorID, postID int64) bool {
 	t.Helper()

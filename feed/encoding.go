@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 
 	"github.com/redis/go-redis/v9"
@@ -78,8 +79,8 @@ func parseHead(v []byte) (head, bool) {
 	if len(v) < headerLen || v[0] != headMagic || (len(v)-headerLen)%entryLen != 0 {
 		return head{}, false
 	}
-	h := head{flags: v[1], asOf: int64(binary.BigEndian.Uint64(v[10:18])),
-		tailN: int(binary.BigEndian.Uint32(v[18:22])), tailMax: int64(binary.BigEndian.Uint64(v[22:30])),
+	h := head{flags: v[1], asOf: getInt(v[10:18]),
+		tailN: int(binary.BigEndian.Uint32(v[18:22])), tailMax: getInt(v[22:30]),
 		recent: v[headerLen:]}
 	copy(h.token[:], v[2:10])
 	return h, true
@@ -89,11 +90,20 @@ func (h head) value() []byte {
 	v := make([]byte, headerLen, headerLen+len(h.recent))
 	v[0], v[1] = headMagic, h.flags
 	copy(v[2:10], h.token[:])
-	binary.BigEndian.PutUint64(v[10:18], uint64(h.asOf))
-	binary.BigEndian.PutUint32(v[18:22], uint32(h.tailN))
-	binary.BigEndian.PutUint64(v[22:30], uint64(h.tailMax))
+	putInt(v[10:18], h.asOf)
+	binary.BigEndian.PutUint32(v[18:22], uint32(min(max(h.tailN, 0), math.MaxUint32))) // ≤ max_len
+	putInt(v[22:30], h.tailMax)
 	return append(v, h.recent...)
 }
+
+// getInt and putInt read and write the header's and the entries' numbers:
+// post ids and write positions, never negative, 8 bytes big-endian (which
+// sort as the numbers do).
+func getInt(b []byte) int64 {
+	return int64(binary.BigEndian.Uint64(b) & math.MaxInt64)
+}
+
+func putInt(b []byte, n int64) { binary.BigEndian.PutUint64(b, uint64(max(n, 0))) }
 
 func (h head) building() bool { return h.token != [8]byte{} }
 
@@ -106,7 +116,7 @@ func packIDs(ids []int64) []byte {
 	sorted = slices.Compact(sorted)
 	p := make([]byte, 0, entryLen*len(sorted))
 	for _, id := range sorted {
-		p = binary.BigEndian.AppendUint64(p, uint64(id))
+		p = binary.BigEndian.AppendUint64(p, uint64(max(id, 0)))
 	}
 	return p
 }
@@ -114,7 +124,7 @@ func packIDs(ids []int64) []byte {
 func unpackIDs(p []byte) []int64 {
 	ids := make([]int64, len(p)/entryLen)
 	for i := range ids {
-		ids[i] = int64(binary.BigEndian.Uint64(p[i*entryLen:]))
+		ids[i] = getInt(p[i*entryLen:])
 	}
 	return ids
 }
