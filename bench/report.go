@@ -338,6 +338,11 @@ func (r *Report) Save(dir string) error {
 			return err
 		}
 	}
+	if p := r.memoryPlot(); p != nil {
+		if err := savePlot(p, dir, "redis-memory-per-entry"); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -359,7 +364,53 @@ func (r *Report) Plots() []string {
 	if r.costPlot() != nil {
 		out = append(out, "redis-cpu-per-entry.svg", "redis-cpu-per-entry.png")
 	}
+	if r.memoryPlot() != nil {
+		out = append(out, "redis-memory-per-entry.svg", "redis-memory-per-entry.png")
+	}
 	return out
+}
+
+// memoryPlot draws the memory stage's bytes per kept entry, ours beside the
+// same entries as plain sorted sets; nil when the stage did not run.
+func (r *Report) memoryPlot() *plot.Plot {
+	var labels []string
+	var ours, sets plotter.Values
+	for _, s := range r.Stages {
+		if name, ok := strings.CutPrefix(s.Name, "memory: "); ok && s.Unit == "B/entry" {
+			name, _, _ = strings.Cut(name, " per kept entry")
+			labels = append(labels, name)
+			ours, sets = append(ours, s.Ours), append(sets, s.Limit)
+		}
+	}
+	if len(labels) == 0 {
+		return nil
+	}
+	p := plot.New()
+	p.Title.Text = "Redis bytes per kept feed entry, full feeds"
+	p.Y.Label.Text = "bytes per entry"
+	p.Add(plotter.NewGrid())
+	top := 0.0
+	for _, v := range slices.Concat(ours, sets) {
+		top = max(top, v)
+	}
+	p.Y.Min, p.Y.Max = 0, top*1.35 // room for the legend
+	for i, side := range []struct {
+		name string
+		vals plotter.Values
+	}{{"ours", ours}, {"sorted sets (member = score = id)", sets}} {
+		bc, err := plotter.NewBarChart(side.vals, vg.Points(40))
+		if err != nil {
+			return nil
+		}
+		bc.Color = plotutil.Color(i)
+		bc.LineStyle.Width = 0
+		bc.Offset = vg.Points(float64(42*i - 21))
+		p.Add(bc)
+		p.Legend.Add(side.name, bc)
+	}
+	p.NominalX(labels...)
+	p.Legend.Top, p.Legend.Left = true, true
+	return p
 }
 
 // costPlot draws Redis CPU per feed entry of every fan-out measurement, ours

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -25,4 +26,24 @@ func TestSpread(t *testing.T) {
 	r := &Report{Stages: []Stage{{Name: "fan-out", Unit: "entries/s", Ours: 2, Limit: 4, Ratio: 0.5, Target: "≥ 0.8", Spread: s, Note: "what it measured"}}}
 	require.Contains(t, r.Markdown(), "| fan-out | 2.00 entries/s | 1.000–3.000 | 4.00 | 0.50 | 0.38–0.42 (3 runs) | ≥ 0.8 |")
 	require.Contains(t, r.Markdown(), "\n- fan-out: what it measured\n")
+}
+
+// The memory plot draws the memory stage's bytes per entry, and only when
+// that stage ran.
+func TestMemoryPlot(t *testing.T) {
+	t.Parallel()
+	r := &Report{Stages: []Stage{{Name: "fan-out", Unit: "entries/s", Ours: 1, Limit: 2}}}
+	if r.memoryPlot() != nil {
+		t.Fatal("a plot without the memory stage")
+	}
+	r.Stages = append(r.Stages,
+		Stage{Name: "memory: MEMORY USAGE per kept entry, full feeds", Unit: "B/entry", Ours: 9.3, Limit: 105},
+		Stage{Name: "memory: used_memory growth per kept entry, full feeds", Unit: "B/entry", Ours: 9.2, Limit: 113},
+		Stage{Name: "memory: Redis per 1M readers with full feeds", Unit: "GB", Ours: 7.4, Limit: 90})
+	if r.memoryPlot() == nil {
+		t.Fatal("no plot with the memory stage")
+	}
+	if !slices.Contains(r.Plots(), "redis-memory-per-entry.svg") {
+		t.Fatalf("Plots() = %v, want the memory plot", r.Plots())
+	}
 }
