@@ -15,10 +15,9 @@ import "github.com/redis/go-redis/v9"
 // ones (string.format of 50 ids, 27 µs), so no common path builds either: a
 // push appends to the head or rewrites its bytes in place, a spill pushes
 // the head's older entries onto the tail as one chunk and trims the tail's
-// oldest chunk. Every
-// script reads a head with MGET, which answers false for a key of another
-// type — a sorted set left by an older version — so such a key reads as
-// missing and is overwritten.
+// oldest chunk. Every script reads a head with MGET, which answers false
+// for a key of another type — a sorted set left by an older version — so
+// such a key reads as missing and is overwritten.
 
 // luaCommon is put before every script that changes a set.
 const luaCommon = `
