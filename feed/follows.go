@@ -142,8 +142,9 @@ func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, sinc
 	case h.flags&flagWhole != 0:
 		return "0", 0, nil // any post of the followee may be there
 	}
-	// The lowest of the tail's lowest and the head's (which may hold a post
-	// older than the tail's newest).
+	// The tail's first entry, or the head's when there is no tail (the
+	// lower of the two: a tail that went missing leaves the head's, and the
+	// script then drops the feed).
 	var id int64
 	if len(h.recent) >= entryLen {
 		id = unpackIDs(h.recent[:entryLen])[0]

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -200,4 +201,37 @@ func TestLayoutOutOfOrderAndRemoves(t *testing.T) {
 		}
 		require.Equal(t, left, b.readAll(t, 10, 7), "max_len %d", maxLen)
 	}
+}
+
+// A feed left by a version that kept feeds as sorted sets (the same key,
+// another type) reads as missing: the first read rebuilds it in the new
+// layout, and no write fails on it meanwhile.
+func TestLayoutSortedSetFromAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	first, second := b.post(t, 1), b.post(t, 2)
+	old := []redis.Z{{Score: 0, Member: "0"}, {Score: 0.5, Member: "w"}, {Score: float64(first), Member: first}}
+	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), old...).Err())
+
+	n, err := b.feeds.Push(ctx, 2, second, []int64{10}, b.now(t))
+	require.NoError(t, err)
+	require.Zero(t, n, "no push into a feed of another layout")
+	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{first}))
+	_, err = b.feeds.Followed(ctx, 10, 2)
+	require.NoError(t, err)
+	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20), "rebuilt from PostgreSQL")
+	stored := b.stored(t, 10)
+	require.True(t, stored.Complete && stored.Whole)
+	require.Equal(t, []int64{first, second}, stored.IDs)
+
+	// The same for a write first: an unfollow drops the old key.
+	require.NoError(t, b.rdb.Del(ctx, b.feedKey(10)).Err())
+	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), old...).Err())
+	_, err = b.db.Unfollow(ctx, 10, 2)
+	require.NoError(t, err)
+	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
+	require.Equal(t, []int64{first}, b.readAll(t, 10, 20))
 }
