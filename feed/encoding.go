@@ -187,6 +187,23 @@ func decodeSet(headV []byte, headErr error, chunks []string, tailErr error) (sto
 		ids: slices.Compact(ids)}, nil
 }
 
+// setCmds read one set in a pipeline: its head and its tail's chunks.
+type setCmds struct {
+	head *redis.StringCmd
+	tail *redis.StringSliceCmd
+}
+
+func getSet(ctx context.Context, p redis.Pipeliner, set setKeys) setCmds {
+	return setCmds{head: p.Get(ctx, set.head), tail: p.LRange(ctx, set.tail, 0, -1)}
+}
+
+// decode is decodeSet of what the commands read.
+func (c setCmds) decode() (storedSet, error) {
+	headV, headErr := c.head.Bytes()
+	chunks, tailErr := c.tail.Result()
+	return decodeSet(headV, headErr, chunks, tailErr)
+}
+
 // failure is err unless it only says that a key is not there or is not a
 // string (WRONGTYPE: a sorted set an older version left), which reads as a
 // missing set.
@@ -247,21 +264,18 @@ func InspectTimeline(ctx context.Context, rdb redis.UniversalClient, prefix stri
 }
 
 func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]Stored, error) {
-	heads := make([]*redis.StringCmd, len(sets))
-	tails := make([]*redis.StringSliceCmd, len(sets))
+	cmds := make([]setCmds, len(sets))
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
 	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, set := range sets {
-			heads[i], tails[i] = p.Get(ctx, set.head), p.LRange(ctx, set.tail, 0, -1)
+			cmds[i] = getSet(ctx, p, set)
 		}
 		return nil
 	})
 	out := make([]Stored, len(sets))
 	for i := range sets {
-		headV, headErr := heads[i].Bytes()
-		chunks, tailErr := tails[i].Result()
-		set, err := decodeSet(headV, headErr, chunks, tailErr)
+		set, err := cmds[i].decode()
 		if err != nil {
 			return nil, fmt.Errorf("inspect %s: %w", sets[i].head, err)
 		}

@@ -238,14 +238,13 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 // celebrities are pulled: the cached celebrity list and the state of the
 // set of pulled authors.
 func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
-	heads := make([]*redis.StringCmd, len(keys))
-	tails := make([]*redis.StringSliceCmd, len(keys))
+	reads := make([]setCmds, len(keys))
 	var version, celebs *redis.StringCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
 	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
-			heads[i], tails[i] = p.Get(ctx, key.head), p.LRange(ctx, key.tail, 0, -1)
+			reads[i] = getSet(ctx, p, key)
 			p.Expire(ctx, key.head, f.cfg.ActiveTTL) // a read keeps the feed
 			p.Expire(ctx, key.tail, f.cfg.ActiveTTL)
 		}
@@ -262,9 +261,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 	}
 	sets := make([]sourceSet, len(keys))
 	for i := range keys {
-		headV, headErr := heads[i].Bytes()
-		chunks, tailErr := tails[i].Result()
-		set, err := decodeSet(headV, headErr, chunks, tailErr)
+		set, err := reads[i].decode()
 		if err != nil {
 			return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
 		}

@@ -134,10 +134,10 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 // complete tells whether the set is complete, by the rule readSets follows:
 // a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
-	var headCmd, version *redis.StringCmd
-	var tail *redis.StringSliceCmd
+	var read setCmds
+	var version *redis.StringCmd
 	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		headCmd, tail = p.Get(ctx, t.set.head), p.LRange(ctx, t.set.tail, 0, -1)
+		read = getSet(ctx, p, t.set)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)
 		}
@@ -146,8 +146,7 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	if err = failure(firstError(cmds, err)); err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
-	headV, headErr := headCmd.Bytes()
-	set, err := decodeSet(headV, headErr, tail.Val(), tail.Err())
+	set, err := read.decode()
 	if err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
 	}
