@@ -47,3 +47,17 @@ func TestMemoryPlot(t *testing.T) {
 		t.Fatalf("Plots() = %v, want the memory plot", r.Plots())
 	}
 }
+
+// A limit that measured nothing (a stage too short on a busy machine: "pgx
+// 0 posts/s") gives a ratio of 0, not +Inf, which JSON cannot hold: the
+// report still saves.
+func TestReportSavesWithALimitOfNothing(t *testing.T) {
+	t.Parallel()
+	ours, limit := []float64{59}, []float64{0}
+	ratios := []float64{ratio(ours[0], limit[0])}
+	r := &Report{Stages: []Stage{{Name: "post creation", Unit: "posts/s", Ours: median(ours), Limit: median(limit),
+		Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios)}}}
+	if err := r.Save(t.TempDir()); err != nil {
+		t.Fatalf("save: %v", err)
+	}
+}

@@ -36,7 +36,7 @@ func (r *runner) chunkedFanout(ctx context.Context) error {
 	}
 	r.report.add(Stage{
 		Name: "chunked fan-out, 2 workers vs 1", Unit: "s", Ours: took[1].Seconds(), Limit: took[0].Seconds(),
-		Ratio: took[1].Seconds() / took[0].Seconds(), Target: "< 1 where cores allow",
+		Ratio: ratio(took[1].Seconds(), took[0].Seconds()), Target: "< 1 where cores allow",
 		Note: fmt.Sprintf("one post to %s followers in chunks; limit column: the same with one worker process; %d CPUs shared with PostgreSQL, Redis and the load",
 			humanInt(r.opts.ChunkFollowers), runtime.NumCPU()),
 	})

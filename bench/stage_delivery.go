@@ -75,7 +75,7 @@ func (r *runner) deliveryLatency(ctx context.Context) error {
 		name := fmt.Sprintf("delivery, %s followers at %d posts/s", humanInt(c.followers), c.rate)
 		r.report.add(Stage{
 			Name: name, Unit: "ms (p50)", Ours: p.P50, Limit: float64(raw) / float64(time.Millisecond),
-			Ratio: p.P50 / (float64(raw) / float64(time.Millisecond)), Target: target, Latency: p,
+			Ratio: ratio(p.P50, float64(raw)/float64(time.Millisecond)), Target: target, Latency: p,
 			Note: fmt.Sprintf("%d posts in %s, open loop; limit: raw ZADD of one post's entries", sent, r.opts.LatencyTime),
 		})
 		r.report.LatencySamples[name] = msSamples(lat)

@@ -84,7 +84,7 @@ func (r *runner) fanoutStage(ctx context.Context, full bool) error {
 			return err
 		}
 		l := float64(entries) / took.Seconds()
-		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, ratio(o, l))
 		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
 		c, rc := cost.Redis.CPUPerUnit, limitCost.Redis.CPUPerUnit
 		cpu, rawCPU, cpuRatios = append(cpu, c), append(rawCPU, rc), append(cpuRatios, ratio(c, rc))

@@ -55,7 +55,7 @@ func (r *runner) follows(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, ratio(o, l))
 		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
 		fmt.Fprintf(r.progress, "  run %d: API %.0f follows/s (PostgreSQL %.0f µs CPU/follow, whole), pgx %.0f follows/s (%.0f µs/follow)\n",
 			run+1, o, cost.PostgresCPUPerUnit, l, limitCost.PostgresCPUPerUnit)

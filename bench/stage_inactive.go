@@ -62,7 +62,7 @@ func (r *runner) inactiveFollowers(ctx context.Context) error {
 	full := float64(fullBytes[0])
 	r.report.add(Stage{
 		Name: "inactive followers skipped", Unit: "entries", Ours: float64(written), Limit: float64(awayFollowers),
-		Ratio: float64(written) / float64(awayFollowers), Target: "work ∝ active followers",
+		Ratio: ratio(float64(written), float64(awayFollowers)), Target: "work ∝ active followers",
 		Note: fmt.Sprintf("one post to %s followers, half away: %d %s, %d feeds in Redis (%.0f B each here), "+
 			"%.1f MB not kept for the %d away — %.1f MB at %.0f KB for a feed filled to feed.max_len",
 			humanInt(awayFollowers), written, counted, feeds, perFeed, saved/1e6, awayFollowers-feeds,

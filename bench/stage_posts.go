@@ -46,7 +46,7 @@ func (r *runner) postCreation(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ours, limit, ratios, lat = append(ours, o), append(limit, l), append(ratios, o/l), append(lat, samples...)
+		ours, limit, ratios, lat = append(ours, o), append(limit, l), append(ratios, ratio(o, l)), append(lat, samples...)
 		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
 		fmt.Fprintf(r.progress, "  run %d: API %.0f posts/s, pgx %.0f posts/s\n", run+1, o, l)
 	}

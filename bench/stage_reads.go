@@ -55,7 +55,7 @@ func (r *runner) feedReads(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, o/l)
+		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, ratio(o, l))
 		lat, rawLat = append(lat, samples...), append(rawLat, ls...)
 		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
 		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s (Redis %.1f µs CPU/read), raw %.0f reads/s (%.1f µs/read)\n",
