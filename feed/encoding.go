@@ -181,10 +181,16 @@ func decodeSet(headV []byte, headErr error, chunks []string, tailErr error) (sto
 	if len(tail) != entryLen*h.tailN {
 		return storedSet{}, nil
 	}
-	ids := append(unpackIDs(h.recent), unpackIDs(tail)...)
-	slices.Sort(ids) // the head may hold posts older than the tail's newest
+	// The tail's entries, then the head's, ascending without repeats as the
+	// scripts keep them; a set that is not reads as missing and is rebuilt.
+	ids := unpackIDs(append(tail, h.recent...))
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			return storedSet{}, nil
+		}
+	}
 	return storedSet{exists: true, complete: h.complete(), whole: h.flags&flagWhole != 0, building: h.building(),
-		ids: slices.Compact(ids)}, nil
+		ids: ids}, nil
 }
 
 // setCmds read one set in a pipeline: its head and its tail's chunks.
