@@ -42,14 +42,16 @@ func (w *Worker) process(ctx context.Context, t domain.Delivery) {
 	case errors.As(err, new(*permanentError)):
 		w.bury(ctx, log, t, err.Error())
 	case errors.Is(err, domain.ErrUnavailable):
-		// Not the event's failure: tried again soon, not counted.
-		w.metrics.tickets.WithLabelValues(t.Type, "postponed").Inc()
+		// Not the event's failure: tried again soon, not counted. The
+		// metric counts it once the outbox row is pending again, so that
+		// what it says is already true of the row.
 		retryIn := w.cfg.Backoff.Postpone(t.Attempt)
 		if perr := w.outbox.Postpone(ctx, t.ID, retryIn, err.Error()); perr != nil {
 			log.Warn("fan-out postponed and cannot be rescheduled; the ticket will be redelivered",
 				zap.Error(err), zap.NamedError("outbox_error", perr))
 			return
 		}
+		w.metrics.tickets.WithLabelValues(t.Type, "postponed").Inc()
 		log.Warn("fan-out postponed: a dependency is not ready; the dispatcher will publish it again",
 			zap.Error(err), zap.Duration("retry_in", retryIn))
 		w.ack(ctx, log, t)
