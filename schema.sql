@@ -94,6 +94,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     chunk_no     integer,
     chunks_left  integer,
     last_error   text,
+    -- The W3C traceparent of the span that wrote the row (the API request's
+    -- create, or the fan-out that split it into chunks), NULL when nothing
+    -- was traced: the dispatcher's publish is its child, so that one post's
+    -- delivery is one trace across processes.
+    trace_context text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz,
     finished_at  timestamptz
@@ -104,6 +109,7 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context text;
 ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;
 -- A parent splits once, however often its ticket is delivered.
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL;
