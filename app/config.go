@@ -3,6 +3,7 @@ package app
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -179,8 +180,27 @@ type Config struct {
 		Level string `koanf:"level"`
 		// Format is json or console. Defaults to json (console with --dev).
 		Format string `koanf:"format"`
+		// AccessLevel is the level of the access log, one line per API
+		// request: debug, info, warn or error; below Level there is none
+		// (debug turns it off at the default level). Defaults to info.
+		AccessLevel string `koanf:"access_level"`
 	} `koanf:"log"`
-	// ShutdownTimeout bounds a graceful stop. Defaults to 15s.
+	Tracing struct {
+		// Endpoint is the OTLP/HTTP endpoint of a trace collector
+		// (http://collector:4318; traces go to its /v1/traces unless the
+		// URL has a path); empty turns tracing off. Defaults to empty.
+		Endpoint string `koanf:"endpoint"`
+		// SampleRatio is the share of new traces recorded, 0 to 1; a trace
+		// started elsewhere (a caller's traceparent, a post's stored
+		// context) keeps its own decision. Defaults to 1.
+		SampleRatio float64 `koanf:"sample_ratio"`
+	} `koanf:"tracing"`
+	// ShutdownDrain is how long a process that serves the API keeps
+	// answering after SIGTERM, with /readyz answering 503, so that load
+	// balancers move traffic away before it stops accepting; 0 stops at
+	// once. Defaults to 5s.
+	ShutdownDrain time.Duration `koanf:"shutdown_drain"`
+	// ShutdownTimeout bounds a graceful stop, after the drain. Defaults to 15s.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
 
@@ -240,6 +260,10 @@ var defaults = map[string]any{
 	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
 	"log.level":                    "info",
 	"log.format":                   "json",
+	"log.access_level":             "info",
+	"tracing.endpoint":             "",
+	"tracing.sample_ratio":         1.0,
+	"shutdown_drain":               "5s",
 	"shutdown_timeout":             "15s",
 }
 
@@ -379,6 +403,17 @@ func (c *Config) validate() error {
 	positiveDur("outbox.backoff_max", c.Outbox.BackoffMax)
 	positiveDur("feed.rebuild_wait", c.Feed.RebuildWait)
 	positiveDur("shutdown_timeout", c.ShutdownTimeout)
+	if c.ShutdownDrain < 0 {
+		errs = append(errs, fmt.Errorf("config key shutdown_drain must not be negative (0 stops at once), got %s", c.ShutdownDrain))
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 || math.IsNaN(c.Tracing.SampleRatio) {
+		errs = append(errs, fmt.Errorf("config key tracing.sample_ratio must be from 0 to 1, got %v", c.Tracing.SampleRatio))
+	}
+	if c.Tracing.Endpoint != "" {
+		if _, err := traceEndpoint(c.Tracing.Endpoint); err != nil {
+			errs = append(errs, fmt.Errorf("config key tracing.endpoint: %w", err))
+		}
+	}
 	if c.Queue.Stream == "" || c.Queue.Group == "" {
 		errs = append(errs, errors.New("config keys queue.stream and queue.group must not be empty"))
 	}
@@ -388,10 +423,12 @@ func (c *Config) validate() error {
 	if c.Queue.Partitions > 1 && strings.Contains(c.Redis.Prefix+c.Queue.Stream, "{") {
 		errs = append(errs, errors.New("config keys redis.prefix and queue.stream must not hold a hash tag (\"{\") when queue.partitions > 1: each partition has its own"))
 	}
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		errs = append(errs, fmt.Errorf("config key log.level must be debug, info, warn or error, got %q", c.Log.Level))
+	for _, l := range []struct{ key, level string }{{"log.level", c.Log.Level}, {"log.access_level", c.Log.AccessLevel}} {
+		switch l.level {
+		case "debug", "info", "warn", "error":
+		default:
+			errs = append(errs, fmt.Errorf("config key %s must be debug, info, warn or error, got %q", l.key, l.level))
+		}
 	}
 	switch c.Log.Format {
 	case "json", "console":
