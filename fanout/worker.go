@@ -142,7 +142,6 @@ type Worker struct {
 // instrumentationName names the worker's tracer.
 const instrumentationName = "github.com/newsfeed/newsfeed/fanout"
 
-
 // New builds a worker. It returns an error, naming the field, if a value of
 // cfg is out of range; zero fields take their defaults (see Config).
 func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) (*Worker, error) {

@@ -180,7 +180,6 @@ type Dispatcher struct {
 // instrumentationName names the dispatcher's tracer.
 const instrumentationName = "github.com/newsfeed/newsfeed/outbox"
 
-
 // Metrics are the Prometheus metrics of the dispatcher and the cleaner.
 type Metrics struct {
 	published prometheus.Counter
