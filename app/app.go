@@ -542,9 +542,18 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 // and no stack traces: an error a dependency causes is not a bug, and a
 // panic logs its own stack.
 func NewLogger(cfg *Config) (*zap.Logger, error) {
+	zc, err := loggerConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return zc.Build()
+}
+
+// loggerConfig is the configuration of the process logger, writing to stderr.
+func loggerConfig(cfg *Config) (zap.Config, error) {
 	level, err := zapcore.ParseLevel(cfg.Log.Level)
 	if err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return zap.Config{}, fmt.Errorf("log.level: %w", err)
 	}
 	var zc zap.Config
 	if cfg.Log.Format == "console" {
@@ -557,7 +566,7 @@ func NewLogger(cfg *Config) (*zap.Logger, error) {
 	zc.EncoderConfig.EncodeTime = utcISO8601
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.OutputPaths = []string{"stderr"}
-	return zc.Build()
+	return zc, nil
 }
 
 // utcISO8601 writes a log line's time in ISO 8601, UTC, to the millisecond.
