@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -77,6 +78,10 @@ type System struct {
 	// draining turns /readyz 503 from the moment the process is asked to
 	// stop (see Run).
 	draining atomic.Bool
+	// apiServers are told when the drain begins: their keep-alive
+	// connections close after their next response.
+	apiServersMu sync.Mutex
+	apiServers   []*http.Server
 
 	registry        *prometheus.Registry
 	fanoutMetrics   *fanout.Metrics
@@ -341,6 +346,14 @@ func (s *System) drain(runCtx context.Context, servesAPI bool) {
 	if !servesAPI || wait <= 0 {
 		return
 	}
+	// A client on a kept-alive connection would stay with this process
+	// whatever the balancer does: its next request gets an answer and
+	// Connection: close, and it reconnects through the balancer.
+	s.apiServersMu.Lock()
+	for _, srv := range s.apiServers {
+		srv.SetKeepAlivesEnabled(false)
+	}
+	s.apiServersMu.Unlock()
 	s.Log.Info("draining: /readyz answers 503 and the API answers on until it stops accepting",
 		zap.Duration("shutdown_drain", wait))
 	drained := time.NewTimer(wait)
@@ -516,6 +529,11 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 		IdleTimeout:       s.Config.HTTP.IdleTimeout,
 		MaxHeaderBytes:    s.Config.HTTP.MaxHeaderBytes,
 	}
+	if name == "api" {
+		s.apiServersMu.Lock()
+		s.apiServers = append(s.apiServers, srv)
+		s.apiServersMu.Unlock()
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("%s server: %w", name, err)
@@ -524,8 +542,6 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 	})
 	g.Go(func() error {
 		<-ctx.Done()
-		// Clients that keep their connection move to another process.
-		srv.SetKeepAlivesEnabled(false)
 		shutdownCtx, cancel := context.WithTimeout(context.Background(), s.Config.ShutdownTimeout)
 		defer cancel()
 		if err := srv.Shutdown(shutdownCtx); err != nil {

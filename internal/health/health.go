@@ -36,8 +36,7 @@ type Dependency struct {
 
 // The defaults of a Watch.
 const (
-	// DefaultInterval is how often a down dependency is pinged, and the
-	// least time between two pings that failures ask for.
+	// DefaultInterval is how often a down dependency is pinged.
 	DefaultInterval = time.Second
 	// DefaultTimeout bounds one ping.
 	DefaultTimeout = time.Second
@@ -52,8 +51,14 @@ type Watch struct {
 	wake     chan struct{} // Run pings while something is down
 
 	mu       sync.Mutex // one round of pings at a time
-	pingedAt time.Time
+	pingedAt time.Time  // when the last round began
 }
+
+// minPingGap is the least time between two rounds of pings that failures
+// ask for: failures that no outage explains (a bug answering 500s) cost at
+// most ten rounds a second, and a failure met within it of a round that
+// found everything up is not taken for an outage.
+const minPingGap = 100 * time.Millisecond
 
 type dependency struct {
 	Dependency
@@ -113,9 +118,9 @@ func (w *Watch) Down() bool {
 
 // Explained reports whether err, which some work met, is explained by an
 // outage that the watch has logged: a dependency known to be down, or found
-// down by pinging them now (at most once per interval; concurrent callers
-// wait for one round). It is false for nil and for a context the caller
-// cancelled: those are no outage.
+// down by pinging them now. Concurrent callers wait for one round of pings,
+// and rounds are at least minPingGap apart. It is false for nil and for a
+// context the caller cancelled: those are no outage.
 func (w *Watch) Explained(ctx context.Context, err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
@@ -123,12 +128,15 @@ func (w *Watch) Explained(ctx context.Context, err error) bool {
 	if w.Down() {
 		return true
 	}
+	asked := time.Now()
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.Down() {
+	switch {
+	case w.Down():
 		return true // found by the round this caller waited for
-	}
-	if time.Since(w.pingedAt) < w.interval {
+	case w.pingedAt.After(asked):
+		return false // a round that began after the failure found everything up
+	case time.Since(w.pingedAt) < minPingGap:
 		return false // everything answered a moment ago: not an outage
 	}
 	w.pingAll(ctx)
@@ -165,13 +173,13 @@ func (w *Watch) Run(ctx context.Context) error {
 func (w *Watch) pingAll(ctx context.Context) []error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
 	defer cancel()
+	w.pingedAt = time.Now()
 	errs := make([]error, len(w.deps))
 	var wg sync.WaitGroup
 	for i, d := range w.deps {
 		wg.Go(func() { errs[i] = d.Ping(ctx) })
 	}
 	wg.Wait()
-	w.pingedAt = time.Now()
 	for i, d := range w.deps {
 		w.record(d, errs[i])
 	}
