@@ -101,7 +101,9 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64)
 	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
 		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf)
 		w.metrics.entries.Add(float64(added))
-		trace.SpanFromContext(ctx).SetAttributes(attribute.Int("newsfeed.page.entries", added))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attribute.Int("newsfeed.page.entries", added))
+		}
 		return err
 	})
 }

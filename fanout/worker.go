@@ -137,6 +137,7 @@ type Worker struct {
 	log     *zap.Logger
 	metrics *Metrics
 	tracer  trace.Tracer
+	tracing bool // Config.TracerProvider was set: pages get spans
 }
 
 // instrumentationName names the worker's tracer.
@@ -148,9 +149,10 @@ func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) (*Worker, err
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	tracing := cfg.TracerProvider != nil
 	cfg.setDefaults()
 	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
-		tracer: cfg.TracerProvider.Tracer(instrumentationName)}, nil
+		tracer: cfg.TracerProvider.Tracer(instrumentationName), tracing: tracing}, nil
 }
 
 // Run processes tickets until ctx ends, then lets in-flight tickets finish

@@ -59,17 +59,29 @@ func TestOutboxKeepsTheTraceContext(t *testing.T) {
 		require.Nil(t, stored, "NULL, not an empty string")
 	})
 
-	t.Run("ChunksTakeTheSplittingSpan", func(t *testing.T) {
-		t.Parallel()
+	// split creates a traced post, claims it and splits it in splitCtx;
+	// it returns the post's stored context and the chunks' claimed events.
+	split := func(t *testing.T, splitCtx func(t *testing.T) context.Context) (string, []domain.Event) {
+		t.Helper()
 		db, _ := setup(t)
 		created, parentContext := traced(t, "create")
 		p, _, err := db.CreatePost(created, 3, "to many", "")
 		require.NoError(t, err)
 		requireClaim(t, db, 1)
-		fanout, splitContext := traced(t, "fan-out")
-		_, err = db.SplitFanout(fanout, 1, chunksOf(domain.PostPayload{PostID: p.ID, AuthorID: 3}, 10))
+		_, err = db.SplitFanout(splitCtx(t), 1, chunksOf(domain.PostPayload{PostID: p.ID, AuthorID: 3}, 10))
 		require.NoError(t, err)
-		for _, c := range requireClaim(t, db, 2, 3) {
+		return parentContext, requireClaim(t, db, 2, 3)
+	}
+
+	t.Run("ChunksTakeTheSplittingSpan", func(t *testing.T) {
+		t.Parallel()
+		var splitContext string
+		parentContext, chunks := split(t, func(t *testing.T) context.Context {
+			var ctx context.Context
+			ctx, splitContext = traced(t, "fan-out")
+			return ctx
+		})
+		for _, c := range chunks {
 			require.Equal(t, splitContext, c.TraceContext)
 			require.NotEqual(t, parentContext, c.TraceContext)
 		}
@@ -77,14 +89,8 @@ func TestOutboxKeepsTheTraceContext(t *testing.T) {
 
 	t.Run("ChunksKeepTheParentsWhenTheSplitIsNotTraced", func(t *testing.T) {
 		t.Parallel()
-		db, _ := setup(t)
-		created, parentContext := traced(t, "create")
-		p, _, err := db.CreatePost(created, 3, "to many", "")
-		require.NoError(t, err)
-		requireClaim(t, db, 1)
-		_, err = db.SplitFanout(t.Context(), 1, chunksOf(domain.PostPayload{PostID: p.ID, AuthorID: 3}, 10))
-		require.NoError(t, err)
-		for _, c := range requireClaim(t, db, 2, 3) {
+		parentContext, chunks := split(t, func(t *testing.T) context.Context { return t.Context() })
+		for _, c := range chunks {
 			require.Equal(t, parentContext, c.TraceContext)
 		}
 	})
