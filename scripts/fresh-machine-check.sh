@@ -103,6 +103,13 @@ say "code: $(git -C "$root/root/newsfeed" log --oneline -1)"
 # has localhost in it, which PostgreSQL's listen_addresses names.
 grep -qw localhost "$root/etc/hosts" 2>/dev/null ||
   printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >>"$root/etc/hosts"
+# The host reaches the registries through this workplace's egress proxy,
+# whose certificate authority it trusts; the fresh machine trusts it too, as
+# a machine on such a network would (and keeps trusting it if a package
+# brings ca-certificates and rebuilds the bundle).
+mkdir -p "$root/usr/local/share/ca-certificates" "$root/etc/ssl/certs"
+cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 printf '#!/bin/sh\n# fresh-machine-check: services are not started on installation (as in Docker images)\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 755 "$root/usr/sbin/policy-rc.d"
 
