@@ -13,8 +13,10 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/internal/health"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // What an operator sees of each request: its id (X-Request-Id, taken from
@@ -55,19 +57,11 @@ func saneID(s string) bool {
 	return true
 }
 
-type loggerKey struct{}
-
-// requestLog is the logger of the request: the server's, with the request id.
+// requestLog is the logger of the request: the server's, with the request
+// id, which observe put in the request's context (where the adapters the
+// request calls find it too).
 func requestLog(c echo.Context) *zap.Logger {
-	return loggerFrom(c.Request().Context())
-}
-
-// loggerFrom returns the logger observe put in ctx, or a no-op one.
-func loggerFrom(ctx context.Context) *zap.Logger {
-	if log, ok := ctx.Value(loggerKey{}).(*zap.Logger); ok {
-		return log
-	}
-	return zap.NewNop()
+	return logctx.From(c.Request().Context(), zap.NewNop())
 }
 
 // routeOf is the route pattern that served the request ("/v1/posts/:id"),
@@ -88,7 +82,7 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		id := requestID(r.Header.Get(echo.HeaderXRequestID))
 		c.Response().Header().Set(echo.HeaderXRequestID, id)
 		log := s.log.With(zap.String("request_id", id))
-		ctx := context.WithValue(r.Context(), loggerKey{}, log)
+		ctx := logctx.With(r.Context(), log)
 		var span trace.Span
 		if s.tracing {
 			ctx, span = s.startRequestSpan(ctx, c, id)
@@ -110,11 +104,22 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			span.End()
 		}
-		if ce := log.Check(s.cfg.AccessLogLevel, "request"); ce != nil {
+		if ce := log.Check(s.accessLevel(c), "request"); ce != nil {
 			ce.Write(s.accessFields(c, ctx, status, time.Since(start))...)
 		}
 		return nil
 	}
+}
+
+// accessLevel is the level of the request's access log line: the
+// configured one, but debug for the operations routes, which balancers and
+// scrapers call every few seconds.
+func (s *Server) accessLevel(c echo.Context) zapcore.Level {
+	switch c.Path() {
+	case opsMetrics, opsHealth, opsReady:
+		return zapcore.DebugLevel
+	}
+	return s.cfg.AccessLogLevel
 }
 
 // accessFields are the fields of a request's access log line, the request

@@ -149,6 +149,21 @@ func TestAccessLog(t *testing.T) {
 		require.NotContains(t, all, "access_token")
 	})
 
+	t.Run("OperationsRoutesAtDebug", func(t *testing.T) {
+		t.Parallel()
+		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		b, logs := observed(t, api.Config{Ops: ok})
+		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/feed"} {
+			require.Equal(t, http.StatusOK, b.get(t, 1, path).status, path)
+		}
+		lines := accessLines(logs)
+		require.Len(t, lines, 4)
+		for _, l := range lines[:3] {
+			require.Equal(t, zapcore.DebugLevel, l.Level, "%v: balancers call it every few seconds", l.ContextMap()["route"])
+		}
+		require.Equal(t, zapcore.InfoLevel, lines[3].Level)
+	})
+
 	t.Run("AtItsOwnLevel", func(t *testing.T) {
 		t.Parallel()
 		b, logs := observed(t, api.Config{AccessLogLevel: zapcore.WarnLevel})

@@ -109,6 +109,13 @@ type Outages interface {
 	Explained(ctx context.Context, err error) bool
 }
 
+// The operations routes, served beside the API when Config.Ops is set.
+const (
+	opsMetrics = "/metrics"
+	opsHealth  = "/healthz"
+	opsReady   = "/readyz"
+)
+
 // instrumentationName names the API's tracer.
 const instrumentationName = "github.com/newsfeed/newsfeed/api"
 
@@ -160,9 +167,9 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.Use(s.observe, requestMetrics(cfg.Registerer), recoverPanics, limitBody)
 	if cfg.Ops != nil {
 		ops := echo.WrapHandler(cfg.Ops)
-		e.GET("/metrics", ops)
-		e.GET("/healthz", ops)
-		e.GET("/readyz", ops)
+		e.GET(opsMetrics, ops)
+		e.GET(opsHealth, ops)
+		e.GET(opsReady, ops)
 	}
 
 	// Authentication is per route, not on the group: a group middleware makes
