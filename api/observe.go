@@ -152,6 +152,11 @@ func (s *Server) accessFields(c echo.Context, ctx context.Context, status int, t
 // startRequestSpan starts the request's server span, the child of the
 // caller's trace context if it sent one (a gateway's traceparent). Its
 // attributes leave the query string out, like the access log.
+//
+// A middleware of our own rather than otelecho: that package is deprecated
+// and removed upstream (its successor is for echo v5), and what it records
+// of a request is not ours to choose — a span attribute with the query
+// string would carry a stream's access_token to the collector.
 func (s *Server) startRequestSpan(ctx context.Context, c echo.Context, id string) (context.Context, trace.Span) {
 	r := c.Request()
 	ctx = propagation.TraceContext{}.Extract(ctx, propagation.HeaderCarrier(r.Header))
