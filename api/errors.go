@@ -73,8 +73,9 @@ func errorHandler(outages Outages) echo.HTTPErrorHandler {
 		if apiErr.Status < 500 || errors.Is(err, context.Canceled) {
 			return
 		}
-		// After the answer is written: finding out whether a dependency
-		// is down may take a ping.
+		// The answer goes out first: finding out whether a dependency is
+		// down may take a ping.
+		_ = http.NewResponseController(c.Response().Writer).Flush()
 		level := zapcore.ErrorLevel
 		if apiErr.Status == http.StatusServiceUnavailable && outages != nil && outages.Explained(c.Request().Context(), err) {
 			level = zapcore.DebugLevel
