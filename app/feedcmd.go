@@ -50,8 +50,8 @@ func feedCommand(load loadFunc) *cobra.Command {
 				if !stored.Whole {
 					holds = fmt.Sprintf("the newest %d (feed.max_len); reads go on in PostgreSQL", s.Config.Feed.MaxLen)
 				}
-				fmt.Fprintf(cmd.OutOrStdout(), "user %d's feed rebuilt from PostgreSQL: %d posts in Redis, %s\n",
-					rebuildUser, len(stored.IDs), holds)
+				fmt.Fprintf(cmd.OutOrStdout(), "user %d's feed rebuilt from PostgreSQL: %s in Redis, %s\n",
+					rebuildUser, posts(len(stored.IDs)), holds)
 				return nil
 			})
 		},
@@ -75,7 +75,7 @@ func feedCommand(load loadFunc) *cobra.Command {
 				}
 				had := "it was not in Redis"
 				if stored.Exists {
-					had = fmt.Sprintf("it held %d posts", len(stored.IDs))
+					had = "it held " + posts(len(stored.IDs))
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "user %d's feed dropped from Redis (%s); their next read rebuilds it from PostgreSQL\n",
 					dropUser, had)
@@ -88,4 +88,12 @@ func feedCommand(load loadFunc) *cobra.Command {
 
 	cmd.AddCommand(rebuild, drop)
 	return cmd
+}
+
+// posts is "1 post", "2 posts".
+func posts(n int) string {
+	if n == 1 {
+		return "1 post"
+	}
+	return fmt.Sprintf("%d posts", n)
 }
