@@ -151,7 +151,7 @@ RETURNING id`)
 				ID   int64
 			}
 			Attempts, Failures int
-			LastError          string `json:"last_error"`
+			LastError          string     `json:"last_error"`
 			DiedAt             *time.Time `json:"died_at"`
 			Payload            map[string]int64
 		}
