@@ -64,7 +64,7 @@ func TestConfigCheck(t *testing.T) {
 		IgnoredEnv []string `json:"ignored_env"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(stdout), &out), stdout)
-	require.Equal(t, []string{"NEWSFEED_FEED_MAXLEN"}, out.IgnoredEnv)
+	require.Contains(t, out.IgnoredEnv, "NEWSFEED_FEED_MAXLEN") // and the test's own NEWSFEED_TEST_ variables, if set
 	sources := map[string]string{}
 	for _, s := range out.Settings {
 		sources[s.Key] = s.Source.Kind + " " + s.Source.Name
