@@ -11,7 +11,8 @@
 #
 # BINARY_FROM picks where the files of the final image come from: "source"
 # (the golang stage) or "host" (build/image-rootfs, which `make image` fills).
-# A builder skips the stage it does not use, so the host path pulls nothing.
+# BuildKit and podman skip the stage the image does not use, so the host path
+# pulls nothing (docker's legacy builder would build every stage).
 ARG BINARY_FROM=source
 ARG GO_VERSION=1.26
 

@@ -77,7 +77,9 @@ ifeq ($(IMAGE_FROM),host)
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(IMAGE_ROOTFS)/usr/local/bin/newsfeed .
 	scripts/image-rootfs.sh $(IMAGE_ROOTFS)
 endif
-	$(CONTAINER_ENGINE) build --build-arg BINARY_FROM=$(IMAGE_FROM) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+	@# BuildKit (docker's; podman's builder behaves alike) builds only the stages the
+	@# image needs: the legacy builder would pull golang for the host path too.
+	DOCKER_BUILDKIT=1 $(CONTAINER_ENGINE) build --build-arg BINARY_FROM=$(IMAGE_FROM) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 	@echo "built $(IMAGE): $(CONTAINER_ENGINE) run --rm $(IMAGE) version"
 
 services: ## start (or install) PostgreSQL and Redis (and, for make test, a C compiler)
