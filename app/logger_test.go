@@ -30,7 +30,7 @@ func TestLogFormats(t *testing.T) {
 	for _, format := range []string{"json", "console"} {
 		t.Run(format, func(t *testing.T) {
 			t.Parallel()
-			cfg, err := LoadConfig("", false, []string{"NEWSFEED_LOG_FORMAT=" + format}, nil)
+			cfg, err := LoadConfig(ConfigSources{Environ: []string{"NEWSFEED_LOG_FORMAT=" + format}})
 			require.NoError(t, err)
 			zc, err := loggerConfig(cfg)
 			require.NoError(t, err)

@@ -50,7 +50,7 @@ func startRole(t *testing.T, role Role, env map[string]string, tp trace.TracerPr
 	for k, v := range env {
 		environ = append(environ, k+"="+v)
 	}
-	cfg, err := LoadConfig("", false, environ, nil)
+	cfg, err := LoadConfig(ConfigSources{Environ: environ})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	sys, err := Open(ctx, cfg, zap.NewNop(), role)
