@@ -83,6 +83,23 @@ func (a *appPage) scrollToEnd(list string) {
 		`(window.scrollTo(0, document.documentElement.scrollHeight), !document.getElementById('%s-end').hidden)`, list))
 }
 
+// waitListed waits until the followers or following list shows user,
+// showing the lists again every second, as a person would reload them: with
+// database.read_url, another user's follow shows in a listing only once the
+// replica has replayed it.
+func (a *appPage) waitListed(what, list string, user int64) {
+	a.t.Helper()
+	a.WaitFor(what, fmt.Sprintf(`(() => {
+		if (document.querySelector('#%s li[data-user="%d"]')) return true;
+		const now = Date.now();
+		if (!(now - (window.lastShown || 0) < 1000)) {
+			window.lastShown = now;
+			document.querySelector('#lists-form button[type=submit]').click();
+		}
+		return false;
+	})()`, list, user))
+}
+
 // textIs is an expression true when the element's text is want.
 func textIs(css, want string) string {
 	return fmt.Sprintf(`document.querySelector(%s)?.textContent.trim() === %s`, browser.JS(css), browser.JS(want))

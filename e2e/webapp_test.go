@@ -87,13 +87,13 @@ func TestWebAppFeedPagingAndPeople(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, status, "the post is deleted, not only hidden")
 
 	johnPage.view("people")
-	johnPage.WaitFor("Alan among John's followers", `document.querySelector('#followers li[data-user="1002"]') !== null`)
+	johnPage.waitListed("Alan among John's followers", "followers", alan)
 	require.Equal(t, "Your followers", johnPage.Text("#followers-title"))
 	// Another user's lists, by id.
 	johnPage.Fill("#lists-user", strconv.FormatInt(alan, 10))
 	johnPage.Click("#lists-form button[type=submit]")
 	johnPage.WaitFor("whom Alan follows", textIs("#following-title", "User 1002 follows"))
-	johnPage.WaitFor("John among whom Alan follows", `document.querySelector('#following li[data-user="1001"]') !== null`)
+	johnPage.waitListed("John among whom Alan follows", "following", john)
 
 	// Alan unfollows: John's posts leave his feed.
 	alanPage.view("people")
@@ -105,6 +105,19 @@ func TestWebAppFeedPagingAndPeople(t *testing.T) {
 	alanPage.waitListSettled("feed")
 	require.Empty(t, alanPage.postIDs("feed"))
 	require.Contains(t, alanPage.Text("#feed-end"), "Your feed is empty")
+
+	// John signs out and someone else signs in on his page: nothing of
+	// John's session is left on it.
+	johnPage.Click("#sign-out")
+	johnPage.WaitFor("the sign-in form", `!document.getElementById('sign-in').hidden`)
+	johnPage.signInAsUser(1003)
+	johnPage.view("mine")
+	johnPage.waitListSettled("mine")
+	require.Empty(t, johnPage.postIDs("mine"))
+	require.Equal(t, "You have not posted anything yet.", johnPage.Text("#mine-end"))
+	johnPage.view("people")
+	johnPage.WaitFor("user 1003's own lists", textIs("#followers-title", "Your followers")+" && "+textIs("#followers-end", "Nobody follows you yet."))
+	require.Empty(t, browser.Eval[[]string](johnPage.Page, `[...document.querySelectorAll('#followers li, #following li')].map(li => li.dataset.user)`))
 
 	alanPage.RequireNoExceptions()
 	johnPage.RequireNoExceptions()

@@ -79,49 +79,54 @@ function signIn(token, { restored = false } = {}) {
   }
   storeToken(token);
   const me = c.userId;
-  const api = new Api(token, (err) => signOut(`The server refused the token (${err.message}). Sign in again.`));
-  session = { token, me, api };
+  // A refusal ends this session, not one that started since.
+  const refused = (err) => {
+    if (session === s) signOut(`The server refused the token (${err.message}). Sign in again.`);
+  };
+  const api = new Api(token, refused);
+  const s = { token, me, api };
+  session = s;
 
-  session.feed = new PostList({
+  s.feed = new PostList({
     list: $('feed'), more: $('feed-more'), end: $('feed-end'), error: $('feed-error'), me,
     fetchPage: (cursor) => api.feed(cursor),
     onDelete: deletePost,
     emptyText: 'Your feed is empty. Follow someone under People, and their posts show here.',
     endText: 'You have reached the end of your feed.',
   });
-  session.mine = new PostList({
+  s.mine = new PostList({
     list: $('mine'), more: $('mine-more'), end: $('mine-end'), error: $('mine-error'), me,
     fetchPage: (cursor) => api.userPosts(me, cursor),
     onDelete: deletePost,
     emptyText: 'You have not posted anything yet.',
     endText: 'That is all you have posted.',
   });
-  session.followers = new FollowList({
+  s.followers = new FollowList({
     list: $('followers'), title: $('followers-title'), more: $('followers-more'), end: $('followers-end'),
     error: $('lists-error'), me,
     fetchPage: (user, cursor) => api.followers(user, cursor),
     titleFor: (user, isMe) => (isMe ? 'Your followers' : `Followers of user ${user}`),
     emptyFor: (user, isMe) => (isMe ? 'Nobody follows you yet.' : `Nobody follows user ${user}.`),
   });
-  session.following = new FollowList({
+  s.following = new FollowList({
     list: $('following'), title: $('following-title'), more: $('following-more'), end: $('following-end'),
     error: $('lists-error'), me,
     fetchPage: (user, cursor) => api.following(user, cursor),
     titleFor: (user, isMe) => (isMe ? 'You follow' : `User ${user} follows`),
     emptyFor: (user, isMe) => (isMe ? 'You follow nobody yet.' : `User ${user} follows nobody.`),
   });
-  session.live = new LiveFeed({
+  s.live = new LiveFeed({
     token,
-    newestId: () => session.feed.newestId,
-    onPost: onLivePost,
-    onRemove: onLiveRemove,
+    newestId: () => s.feed.newestId,
+    onPost: (post) => onLivePost(s, post),
+    onRemove: (id) => s.feed.remove(id),
     onState: showLiveState,
-    onResumed: () => session.feed.refreshTop(),
-    onUnauthorized: (err) => signOut(`The server refused the token (${err.message}). Sign in again.`),
+    onResumed: () => s.feed.refreshTop(),
+    onUnauthorized: refused,
   });
   const left = c.expiresAt - Date.now();
   if (left < maxTimer) {
-    session.expiry = setTimeout(
+    s.expiry = setTimeout(
       () => signOut(`Your token expired at ${formatTime(c.expiresAt.toISOString())}. Sign in again.`),
       left,
     );
@@ -130,7 +135,6 @@ function signIn(token, { restored = false } = {}) {
   $('whoami').textContent = `user ${me}`;
   $('lists-user').value = me;
   clearError($('sign-in-error'));
-  clearError($('notice'));
   $('sign-in').hidden = true;
   $('app').hidden = false;
   $('nav').hidden = false;
@@ -138,8 +142,8 @@ function signIn(token, { restored = false } = {}) {
 
   // The stream first, then the page: a post landing in between comes by
   // the stream, and the list shows it once.
-  session.live.start();
-  session.feed.reset();
+  s.live.start();
+  s.feed.reset();
   showView(false);
   if (!restored) $('post-body').focus();
 }
@@ -148,6 +152,7 @@ function signIn(token, { restored = false } = {}) {
 function signOut(message) {
   if (!session) return;
   session.live.stop();
+  for (const list of [session.feed, session.mine, session.followers, session.following]) list.close();
   clearTimeout(session.expiry);
   session = null;
   forgetToken();
@@ -200,15 +205,17 @@ async function onCompose(ev) {
   const button = ev.submitter || ev.target.querySelector('button');
   const field = $('post-body');
   await pending(button, async () => {
+    const s = session;
     say($('compose-status'), '');
     try {
-      const post = await session.api.createPost(field.value);
+      const post = await s.api.createPost(field.value);
+      if (session !== s) return; // signed out meanwhile
       clearError($('compose-error'));
       field.value = '';
       say($('compose-status'), 'Posted.');
-      session.mine.insert(post, { live: true });
+      s.mine.insert(post, { live: true });
     } catch (err) {
-      if (session) showError($('compose-error'), err);
+      if (session === s) showError($('compose-error'), err);
     }
   });
 }
@@ -218,6 +225,7 @@ async function deletePost(post, button) {
     const s = session;
     try {
       await s.api.deletePost(post.id);
+      if (session !== s) return;
       s.mine.remove(post.id);
       s.feed.remove(post.id);
       announce('Your post was deleted.');
@@ -234,15 +242,11 @@ async function deletePost(post, button) {
   });
 }
 
-function onLivePost(post) {
-  if (session.feed.insert(post, { live: true })) {
+function onLivePost(s, post) {
+  if (s.feed.insert(post, { live: true })) {
     const text = post.body.length > 80 ? post.body.slice(0, 80) + '…' : post.body;
     announce(`New post from user ${post.author_id}: ${text}`);
   }
-}
-
-function onLiveRemove(id) {
-  session.feed.remove(id);
 }
 
 function showLiveState(state, message) {
@@ -272,6 +276,7 @@ async function onFollow(ev) {
     say($('follow-status'), '');
     try {
       await (following ? s.api.follow(user) : s.api.unfollow(user));
+      if (session !== s) return;
       clearError($('follow-error'));
       say($('follow-status'), following ? `You follow user ${user} now.` : `You no longer follow user ${user}.`);
       // The feed changes under the reader: its followee's recent posts come

@@ -13,11 +13,21 @@ export class FollowList {
     this.cursor = null;
     this.generation = 0;
     this.loading = false;
-    this.more.addEventListener('click', () => this.loadMore());
+    this.listening = new AbortController();
+    this.more.addEventListener('click', () => this.loadMore(), { signal: this.listening.signal });
+  }
+
+  // close stops the list for good (at sign-out), as PostList.close does.
+  close() {
+    this.closed = true;
+    this.generation++;
+    this.userId = null;
+    this.listening.abort();
   }
 
   // show lists the follows of userId from the first page.
   show(userId) {
+    if (this.closed) return Promise.resolve();
     this.generation++;
     this.userId = String(userId).trim();
     this.cursor = null;
@@ -29,7 +39,7 @@ export class FollowList {
   }
 
   async loadMore() {
-    if (this.loading || this.userId === null) return;
+    if (this.loading || this.userId === null || this.closed) return;
     this.loading = true;
     const generation = this.generation;
     this.list.setAttribute('aria-busy', 'true');

@@ -20,12 +20,24 @@ export class PostList {
     this.cursor = null;
     this.done = false;
     this.loading = false;
-    this.more.addEventListener('click', () => this.loadMore());
+    // The elements outlive the list (a session after this one uses them):
+    // close() lets go of them.
+    this.listening = new AbortController();
+    this.more.addEventListener('click', () => this.loadMore(), { signal: this.listening.signal });
     // Infinite scroll: the button coming into view loads the next page.
     this.observer = new IntersectionObserver((entries) => {
       if (entries.some((e) => e.isIntersecting)) this.loadMore();
     }, { rootMargin: '0px 0px 400px 0px' });
     this.observer.observe(this.more);
+  }
+
+  // close stops the list for good (at sign-out): answers still on their
+  // way are dropped, and the button and the scroll load nothing more.
+  close() {
+    this.closed = true;
+    this.generation++;
+    this.listening.abort();
+    this.observer.disconnect();
   }
 
   get size() {
@@ -40,6 +52,7 @@ export class PostList {
 
   // reset empties the list and reads the first page again.
   reset() {
+    if (this.closed) return Promise.resolve();
     this.generation++;
     this.items.clear();
     this.list.replaceChildren();
@@ -52,7 +65,7 @@ export class PostList {
   }
 
   async loadMore() {
-    if (this.loading || this.done) return;
+    if (this.loading || this.done || this.closed) return;
     this.loading = true;
     const generation = this.generation;
     this.list.setAttribute('aria-busy', 'true');
@@ -93,6 +106,7 @@ export class PostList {
   // page's range that it no longer holds (they left the feed meanwhile,
   // which a resumed stream does not repeat) are removed.
   async refreshTop() {
+    if (this.closed) return;
     const generation = this.generation;
     let page;
     try {
@@ -117,7 +131,7 @@ export class PostList {
   // post is shown already or was removed.
   insert(post, { live = false } = {}) {
     const id = Number(post.id);
-    if (this.items.has(id) || this.removed.has(id)) return false;
+    if (this.closed || this.items.has(id) || this.removed.has(id)) return false;
     const li = this.render(post);
     if (live) li.classList.add('fresh');
     let next = this.list.firstElementChild;
