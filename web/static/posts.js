@@ -3,7 +3,7 @@
 // for keyboards), and live posts inserted where their id puts them. A post
 // is shown once, however often it arrives (a page and the stream may both
 // bring it), and a post removed stays away even if a page read before its
-// removal brings it back.
+// removal brings it back (until the list is read again from the top).
 
 import { showError, clearError, formatTime } from './ui.js';
 
@@ -50,10 +50,13 @@ export class PostList {
     return first ? Number(first.dataset.id) : 0;
   }
 
-  // reset empties the list and reads the first page again.
+  // reset empties the list and reads the first page again. The pages read
+  // from now on are newer than every removal seen so far, which are
+  // forgotten: a post that left the feed may come back (a follow again).
   reset() {
     if (this.closed) return Promise.resolve();
     this.generation++;
+    this.removed.clear();
     this.items.clear();
     this.list.replaceChildren();
     this.cursor = null;
