@@ -22,11 +22,15 @@ run: services build ## build and run every role in one process (development)
 	$(BIN) all --dev
 
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
-# `services` then makes sure a C compiler is installed (--cc).
+# `services` then makes sure a C compiler is installed (--cc). The browser
+# tests (e2e/webapp_test.go) need Chromium: `services` installs it
+# (--browser), and NEWSFEED_TEST_BROWSER=required makes them fail, not skip,
+# where it is missing all the same.
 # The cluster pass runs with the replica lagging on purpose (APPLY_DELAY) and
 # every process's database.read_url on it: the guarantees hold with the lag,
 # and the read-your-writes tests, which skip without a replica, run.
-test: SERVICES_FLAGS = --tests --cc
+test: SERVICES_FLAGS = --tests --cc --browser
+test: export NEWSFEED_TEST_BROWSER = required
 test: APPLY_DELAY = 2s
 test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...

@@ -123,6 +123,7 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 				return stoppedOr(ctx, err)
 			}
 			defer sys.Close()
+			sys.Dev = dev
 			return sys.Run(ctx, roles, secret)
 		},
 	}

@@ -4,13 +4,15 @@
 # as root (otherwise prints the exact command), starts the servers when they
 # are down, and waits for them. Quiet when all is well; safe to run again.
 #
-#   scripts/services.sh [--tests] [--cc]
+#   scripts/services.sh [--tests] [--cc] [--browser]
 #
 # --tests  the caller runs the tests, which read NEWSFEED_TEST_DATABASE_URL
 #          (without it: `make run` and `make bench`, which read
 #          NEWSFEED_DATABASE_URL or database.url in config.yaml)
 # --cc     a C compiler is needed too (gcc and libc6-dev: `go test -race`
 #          needs cgo); `make test` passes it, `make run` does not
+# --browser  a headless browser is needed too (Debian's chromium, which the
+#          browser tests in e2e/ drive); `make test` passes it
 #
 # PostgreSQL is the Debian/Ubuntu cluster that pg_lsclusters lists (one on
 # port 5432 first, else the newest version's "main"); with no cluster at all,
@@ -21,12 +23,13 @@
 # building an image or a chroot whose servers run later).
 set -euo pipefail
 
-need_tests=no need_cc=no
+need_tests=no need_cc=no need_browser=no
 for arg in "$@"; do
   case $arg in
     --tests) need_tests=yes ;;
     --cc) need_cc=yes ;;
-    *) echo "usage: $0 [--tests] [--cc]" >&2; exit 2 ;;
+    --browser) need_browser=yes ;;
+    *) echo "usage: $0 [--tests] [--cc] [--browser]" >&2; exit 2 ;;
   esac
 done
 
@@ -51,6 +54,16 @@ cc_works() {
   return $rc
 }
 
+# The browser tests find Chromium the same way (internal/browser): the path
+# in NEWSFEED_TEST_CHROMIUM, else chromium or chromium-browser on PATH.
+browser_installed() {
+  if [ -n "${NEWSFEED_TEST_CHROMIUM:-}" ]; then
+    [ -x "$NEWSFEED_TEST_CHROMIUM" ] || die "NEWSFEED_TEST_CHROMIUM=$NEWSFEED_TEST_CHROMIUM is not an executable file"
+    return 0
+  fi
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1
+}
+
 pg_server_installed() { compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 
 missing=()
@@ -61,6 +74,7 @@ if [ "$need_cc" = yes ] && ! cc_works; then
     die "the C compiler Go uses for go test -race, $cc (go env CC), is not installed"
   missing+=(gcc libc6-dev)
 fi
+[ "$need_browser" = yes ] && ! browser_installed && missing+=(chromium)
 
 installed_pg=no
 if [ ${#missing[@]} -gt 0 ]; then
@@ -72,6 +86,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ "$need_cc" = yes ] && ! cc_works; then
       die "$cc still cannot compile and link a C program; the race detector (make test) needs it"
     fi
+    if [ "$need_browser" = yes ] && ! browser_installed; then
+      die "chromium is installed but neither chromium nor chromium-browser is on PATH; set NEWSFEED_TEST_CHROMIUM to its path"
+    fi
   else
     what=
     for p in "${missing[@]}"; do
@@ -79,6 +96,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         postgresql) what+=", PostgreSQL" ;;
         redis-server) what+=", Redis" ;;
         gcc) what+=", a C compiler (go test -race needs cgo)" ;;
+        chromium) what+=", Chromium (the browser tests in e2e/ drive it headless)" ;;
       esac
     done
     echo "services: missing ${what#, }; install with:" >&2

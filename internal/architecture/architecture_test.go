@@ -5,6 +5,7 @@
 //
 //	domain ← store, feed, queue, ratelimit, sticky (adapters)
 //	domain ← outbox, fanout, api (services; they import no adapter)
+//	web (the web app's files, importing nothing; app gives them to api)
 //	everything ← app, bench ← main
 package architecture
 
@@ -38,7 +39,9 @@ var allowed = map[string][]string{
 	"outbox":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
 	"fanout":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
 	"api":                   {"domain", "internal/health", "internal/logctx"},
+	"web":                   {}, // the web app's files; app hands them to api
 	"internal/testenv":      {"store"},
+	"internal/browser":      {}, // headless Chromium for tests
 	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},
 	"app":                   {"*"},
 	"":                      {"app"}, // main
