@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"net"
 	"net/http"
 	"time"
 
@@ -19,7 +20,7 @@ func (s *System) withConsole(ctx context.Context, g *errgroup.Group, roles []Rol
 	if err != nil {
 		return nil, err
 	}
-	url := "http://" + s.Config.Metrics.Addr + admin.Path
+	url := "http://" + reachable(s.Config.Metrics.Addr) + admin.Path
 	switch console.Mode() {
 	case "open":
 		s.Log.Warn("operator console open to anybody who reaches metrics.addr: --dev without admin.token", zap.String("url", url))
@@ -34,6 +35,19 @@ func (s *System) withConsole(ctx context.Context, g *errgroup.Group, roles []Rol
 	mux.Handle(admin.Path+"/", console)
 	mux.Handle("/", ops)
 	return mux, nil
+}
+
+// reachable writes a listen address as a browser on this host reaches it:
+// ":9090" is localhost:9090.
+func reachable(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr
+	}
+	if host == "" || host == "0.0.0.0" || host == "::" {
+		host = "localhost"
+	}
+	return net.JoinHostPort(host, port)
 }
 
 // newConsole builds the operator console of this process.

@@ -69,7 +69,7 @@ export class LineChart {
       svg.append(el('text', { x: PAD.left - 6, y: gy + 4, 'text-anchor': 'end', class: 'axis' }, this.format(top * f)));
     }
     if (times.length > 0) {
-      const fmt = (d) => d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit' });
+      const fmt = (d) => d.toLocaleTimeString(undefined, { hour: '2-digit', minute: '2-digit', second: '2-digit' });
       svg.append(el('text', { x: PAD.left, y: HEIGHT - 6, class: 'axis' }, fmt(times[0])));
       svg.append(el('text', { x: width - PAD.right, y: HEIGHT - 6, 'text-anchor': 'end', class: 'axis' }, fmt(times[times.length - 1])));
     }
