@@ -124,3 +124,27 @@ func TestOperatorConsoleRetriesADeadEvent(t *testing.T) {
 	page.RequireNoExceptions()
 	require.Equal(t, 0, all.stop())
 }
+
+// TestOperatorConsoleWithRedisDown: `serve --dev` runs without Redis (its
+// writes need PostgreSQL alone); its console, open without admin.token,
+// shows the outbox and says in the streams' panel that Redis is
+// unavailable, rather than failing the page.
+func TestOperatorConsoleWithRedisDown(t *testing.T) {
+	b := browser.Start(t)
+	c := newCluster(t)
+	p := c.startWith("serve", []string{"NEWSFEED_REDIS_URL=redis://127.0.0.1:1/0", "NEWSFEED_REDIS_CLUSTER=false"}, "--dev")
+	p.client(1).post("written while Redis is down")
+
+	page := b.NewPage("operator")
+	page.Navigate("http://" + p.metricsAddr + "/admin")
+	page.WaitFor("the console, open without a token", `!document.getElementById('console').hidden`)
+	require.True(t, browser.Eval[bool](page, `document.getElementById('sign-in').hidden`), "no sign-in form")
+	require.True(t, browser.Eval[bool](page, `!document.getElementById('open-badge').hidden`), "the page says it is open")
+	page.WaitFor("the streams' panel to say Redis is down",
+		`!document.getElementById('queue-error').hidden && document.getElementById('queue-error').textContent.startsWith('Redis is unavailable: ')`)
+	page.WaitFor("the outbox counted all the same", textIs("#outbox-pending", "1"))
+	require.True(t, browser.Eval[bool](page, `document.getElementById('outbox-error').hidden`))
+	require.Equal(t, "serve · ", page.Text("#process")[:len("serve · ")])
+	page.Screenshot("redis-down.png")
+	page.RequireNoExceptions()
+}

@@ -40,8 +40,10 @@ func (q *Queue) Inspect(ctx context.Context) ([]domain.QueuePartition, error) {
 	out := make([]domain.QueuePartition, len(parts))
 	for i, part := range parts {
 		c := cmds[i]
-		if err := errors.Join(c.length.Err(), c.dead.Err()); err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", q.Key(part), err)
+		for _, cmd := range []*redis.IntCmd{c.length, c.dead} {
+			if err := cmd.Err(); err != nil {
+				return nil, fmt.Errorf("inspect %s: %w", q.Key(part), err)
+			}
 		}
 		out[i] = domain.QueuePartition{Partition: part, Stream: q.Key(part), Length: c.length.Val(), DeadLetters: c.dead.Val()}
 		switch err := c.pending.Err(); {
