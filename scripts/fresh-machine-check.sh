@@ -76,6 +76,12 @@ cleanup() {
       command -v redis-cli >/dev/null && redis-cli -h 127.0.0.1 -p 6379 shutdown nosave 2>/dev/null
       true'
   fi
+  # Whatever else still runs in the fresh root (the Redis Cluster and the
+  # replica that make test started, a test's child) outlives the namespace:
+  # it goes too, so that the next check starts clean.
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$(readlink -f "$root")" ] && kill -9 "${p#/proc/}" 2>/dev/null
+  done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null
   [ -f "$root/etc/hosts" ] && sed -i "/$hosts_mark/d" "$root/etc/hosts"
