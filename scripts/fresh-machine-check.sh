@@ -16,7 +16,7 @@
 # - $FRESH_ROOT/root/newsfeed is a clean clone of this repository's HEAD
 #   (commit first); /usr/local/go is copied in, and the module cache is filled
 #   from the host for the project's own modules.
-# - Everything runs in a network namespace of its own (ns nf-fresh): its
+# - Everything runs in a network namespace of its own (nf- and the root's name): its
 #   PostgreSQL and Redis listen on its own loopback and never meet the host's
 #   on 5432 and 6379. The ways out are the registries a user's machine
 #   reaches and nothing else: deb.debian.org:80 for apt, the Go module proxy
@@ -38,7 +38,9 @@ done
 
 root=${FRESH_ROOT:-/work/fresh-debian}
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
-ns=nf-fresh
+# The network namespace is named after the root, so that checks in two roots
+# (FRESH_ROOT) can run side by side.
+ns=nf-$(basename "$root" | tr -c "a-zA-Z0-9\n" - | cut -c1-12)
 mirror=deb.debian.org
 # host:port pairs the fresh machine may reach, through the tunnel.
 tunnels=("$mirror:80" proxy.golang.org:443 sum.golang.org:443 registry.npmjs.org:443)
