@@ -95,6 +95,11 @@ CREATE TABLE IF NOT EXISTS outbox (
     chunk_no     integer,
     chunks_left  integer,
     last_error   text,
+    -- The W3C traceparent of the span that wrote the row (the API request's
+    -- create, or the fan-out that split it into chunks), NULL when nothing
+    -- was traced: the dispatcher's publish is its child, so that one post's
+    -- delivery is one trace across processes.
+    trace_context text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz,
     finished_at  timestamptz,
@@ -106,6 +111,7 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context text;
 -- When a row was parked dead (NULL for rows parked before this column).
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS died_at timestamptz;
 ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;

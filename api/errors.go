@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/domain"
 )
@@ -51,25 +52,38 @@ var echoStatusCodes = map[int]*Error{
 }
 
 // errorHandler writes every error as {"error": {"code", "message"}}. Errors
-// the client did not cause are logged; their details never leave the server.
-// Any error that is not the client's and not a bug is a dependency failing
-// (PostgreSQL or Redis): 503, so that clients and balancers retry.
-func errorHandler(log *zap.Logger) echo.HTTPErrorHandler {
+// the client did not cause are logged, with the request's id and no stack
+// trace; their details never leave the server. Any error that is not the
+// client's and not a bug is a dependency failing (PostgreSQL or Redis): 503,
+// so that clients and balancers retry. While an outage that outages has
+// logged explains it, it is logged at debug only: the outage is one line,
+// not one per request.
+func errorHandler(outages Outages) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		apiErr := classify(err)
-		if apiErr.Status >= 500 && !errors.Is(err, context.Canceled) {
-			log.Error("request failed", zap.String("method", c.Request().Method),
-				zap.String("path", c.Request().URL.Path), zap.Int("status", apiErr.Status), zap.Error(err))
-		}
 		body := map[string]any{"error": map[string]string{"code": apiErr.Code, "message": apiErr.Message}}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(apiErr.Status)
+		} else {
+			_ = c.JSON(apiErr.Status, body)
+		}
+		if apiErr.Status < 500 || errors.Is(err, context.Canceled) {
 			return
 		}
-		_ = c.JSON(apiErr.Status, body)
+		// The answer goes out first: finding out whether a dependency is
+		// down may take a ping.
+		_ = http.NewResponseController(c.Response().Writer).Flush()
+		level := zapcore.ErrorLevel
+		if apiErr.Status == http.StatusServiceUnavailable && outages != nil && outages.Explained(c.Request().Context(), err) {
+			level = zapcore.DebugLevel
+		}
+		if ce := requestLog(c).Check(level, "request failed"); ce != nil {
+			ce.Write(zap.String("method", c.Request().Method), zap.String("route", routeOf(c)),
+				zap.Int("status", apiErr.Status), zap.Error(err))
+		}
 	}
 }
 

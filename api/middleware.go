@@ -15,19 +15,18 @@ import (
 	"go.uber.org/zap"
 )
 
-// recoverPanics turns a panic into a logged 500 with the standard body.
-func recoverPanics(log *zap.Logger) echo.MiddlewareFunc {
-	return func(next echo.HandlerFunc) echo.HandlerFunc {
-		return func(c echo.Context) (err error) {
-			defer func() {
-				if r := recover(); r != nil {
-					log.Error("panic serving request", zap.String("panic", fmt.Sprint(r)),
-						zap.ByteString("stack", debug.Stack()))
-					err = errInternal
-				}
-			}()
-			return next(c)
-		}
+// recoverPanics turns a panic into a logged 500 with the standard body: a
+// bug, the one line that carries a stack.
+func recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				requestLog(c).Error("panic serving request", zap.String("panic", fmt.Sprint(r)),
+					zap.ByteString("stack", debug.Stack()))
+				err = errInternal
+			}
+		}()
+		return next(c)
 	}
 }
 
@@ -48,11 +47,7 @@ func requestMetrics(reg prometheus.Registerer) echo.MiddlewareFunc {
 			if err != nil {
 				c.Error(err) // write the error now, so its status is the one observed
 			}
-			route := c.Path()
-			if route == "" {
-				route = "unmatched"
-			}
-			hist.WithLabelValues(c.Request().Method, route, strconv.Itoa(c.Response().Status)).
+			hist.WithLabelValues(c.Request().Method, routeOf(c), strconv.Itoa(c.Response().Status)).
 				Observe(time.Since(start).Seconds())
 			return nil
 		}

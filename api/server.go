@@ -12,7 +12,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/domain"
 )
@@ -83,9 +89,42 @@ type Config struct {
 	// it is given: for --dev only, where the secret is public. Without it
 	// the route does not exist (404).
 	DevTokens bool
-	// Logger defaults to a no-op logger.
+	// Logger defaults to a no-op logger. Every line of a request carries
+	// its request id.
 	Logger *zap.Logger
+	// AccessLogLevel is the level of the access log's line per request
+	// (log.access_level): below the logger's level, there is none.
+	// Defaults to info.
+	AccessLogLevel zapcore.Level
+	// Outages tells whether a dependency outage, logged once by whoever
+	// watches the dependencies, explains a failure: a request that fails
+	// during one logs at debug instead of warn or error. nil: nothing is
+	// explained.
+	Outages Outages
+	// TracerProvider, when set (tracing.endpoint), traces every request
+	// (a server span, the child of the caller's traceparent if any) and
+	// the create transaction, whose trace context the post's outbox row
+	// keeps. nil: no tracing, at no cost.
+	TracerProvider trace.TracerProvider
 }
+
+// Outages tells whether a known outage of a dependency explains an error
+// (health.Watch).
+type Outages interface {
+	// Explained reports whether err is explained by a dependency outage
+	// that is already logged.
+	Explained(ctx context.Context, err error) bool
+}
+
+// The operations routes, served beside the API when Config.Ops is set.
+const (
+	opsMetrics = "/metrics"
+	opsHealth  = "/healthz"
+	opsReady   = "/readyz"
+)
+
+// instrumentationName names the API's tracer.
+const instrumentationName = "github.com/newsfeed/newsfeed/api"
 
 // Server holds the handlers.
 type Server struct {
@@ -97,6 +136,8 @@ type Server struct {
 	sticky   *stickyReads // nil without Config.ReadYourWrites
 	cfg      Config
 	log      *zap.Logger
+	tracer   trace.Tracer
+	tracing  bool // cfg.TracerProvider was set
 }
 
 // New builds the echo instance serving the API.
@@ -114,6 +155,11 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 		cfg.FallbackConcurrency = 16
 	}
 	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
+	s.tracing = cfg.TracerProvider != nil
+	if !s.tracing {
+		cfg.TracerProvider = noop.NewTracerProvider()
+	}
+	s.tracer = cfg.TracerProvider.Tracer(instrumentationName)
 	s.replica = listings{posts, graph}
 	if cfg.ReadYourWrites != nil {
 		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Logger)
@@ -124,13 +170,13 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
-	e.HTTPErrorHandler = errorHandler(cfg.Logger)
-	e.Use(requestMetrics(cfg.Registerer), recoverPanics(cfg.Logger), limitBody)
+	e.HTTPErrorHandler = errorHandler(cfg.Outages)
+	e.Use(s.observe, requestMetrics(cfg.Registerer), recoverPanics, limitBody)
 	if cfg.Ops != nil {
 		ops := echo.WrapHandler(cfg.Ops)
-		e.GET("/metrics", ops)
-		e.GET("/healthz", ops)
-		e.GET("/readyz", ops)
+		e.GET(opsMetrics, ops)
+		e.GET(opsHealth, ops)
+		e.GET(opsReady, ops)
 	}
 
 	// Authentication is per route, not on the group: a group middleware makes
@@ -184,7 +230,7 @@ func (s *Server) createPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	post, created, err := s.posts.CreatePost(c.Request().Context(), userID(c), body, key)
+	post, created, err := s.createInTransaction(c.Request().Context(), userID(c), body, key)
 	if err != nil {
 		return err
 	}
@@ -195,6 +241,20 @@ func (s *Server) createPost(c echo.Context) error {
 	s.cfg.OutboxWrittenFunc()
 	c.Response().Header().Set("Location", "/v1/posts/"+strconv.FormatInt(post.ID, 10))
 	return c.JSON(http.StatusCreated, post)
+}
+
+// createInTransaction creates the post in its span, the parent of the
+// post's delivery: the outbox row keeps its trace context.
+func (s *Server) createInTransaction(ctx context.Context, author int64, body, key string) (domain.Post, bool, error) {
+	ctx, span := s.tracer.Start(ctx, "create post", trace.WithAttributes(semconv.DBSystemNamePostgreSQL))
+	defer span.End()
+	post, created, err := s.posts.CreatePost(ctx, author, body, key)
+	if err != nil {
+		span.SetStatus(codes.Error, err.Error())
+		return post, created, err
+	}
+	span.SetAttributes(attribute.Int64("newsfeed.post_id", post.ID), attribute.Bool("newsfeed.created", created))
+	return post, created, nil
 }
 
 func (s *Server) getPost(c echo.Context) error {
@@ -223,7 +283,7 @@ func (s *Server) deletePost(c echo.Context) error {
 	// Hide it from reads now; the post.deleted event also removes it from
 	// every feed, and repeats this if it fails here.
 	if err := s.feeds.ForgetPost(ctx, id); err != nil {
-		s.log.Warn("cannot hide deleted post yet; its event will", zap.Int64("post_id", id), zap.Error(err))
+		s.degraded(c, "cannot hide deleted post yet; its event will", err, zap.Int64("post_id", id))
 	}
 	return c.NoContent(http.StatusNoContent)
 }
@@ -244,7 +304,7 @@ func (s *Server) follow(c echo.Context) error {
 		// Show the followee's recent posts from the next read on; the
 		// follow.created event does the same if this fails.
 		if _, err := s.feeds.Followed(ctx, me, followee); err != nil {
-			s.log.Warn("cannot backfill feed yet; its event will", zap.Int64("user_id", me), zap.Error(err))
+			s.degraded(c, "cannot backfill feed yet; its event will", err, zap.Int64("followee_id", followee))
 		}
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -273,8 +333,8 @@ func (s *Server) unfollow(c echo.Context) error {
 	// answers.
 	if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
 		if derr := s.feeds.Drop(ctx, me); derr != nil {
-			s.log.Warn("cannot clean the feed after an unfollow while Redis is down; its event will",
-				zap.Int64("user_id", me), zap.Error(derr))
+			s.degraded(c, "cannot clean the feed after an unfollow while Redis is down; its event will",
+				derr, zap.Int64("followee_id", followee))
 		}
 	}
 	return c.NoContent(http.StatusNoContent)

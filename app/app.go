@@ -12,6 +12,8 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -19,6 +21,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"golang.org/x/sync/errgroup"
@@ -27,6 +31,7 @@ import (
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 	"github.com/newsfeed/newsfeed/ratelimit"
@@ -73,6 +78,19 @@ type System struct {
 	Settings []Setting
 
 	fanoutFeeds *feed.Feeds // Feeds that wait for replicas, for the workers
+
+	// health watches PostgreSQL and Redis: /readyz asks it, and it logs
+	// each outage once, for every role.
+	health *health.Watch
+	// tracerProvider is nil with tracing off (no tracing.endpoint).
+	tracerProvider trace.TracerProvider
+	// draining turns /readyz 503 from the moment the process is asked to
+	// stop (see Run).
+	draining atomic.Bool
+	// apiServers are told when the drain begins: their keep-alive
+	// connections close after their next response.
+	apiServersMu sync.Mutex
+	apiServers   []*http.Server
 
 	registry        *prometheus.Registry
 	fanoutMetrics   *fanout.Metrics
@@ -121,6 +139,19 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	s.Redis = rdb
 	s.closers = append(s.closers, func() { _ = rdb.Close() })
 
+	s.health = health.NewWatch(log.Named("health"), 0, 0,
+		health.Dependency{Name: "PostgreSQL", Key: "database.url", Ping: s.Primary.Ping},
+		health.Dependency{Name: "Redis", Key: "redis.url", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	tp, err := newTracerProvider(ctx, cfg, log, roles)
+	if err != nil {
+		return nil, err
+	}
+	if tp != nil {
+		s.tracerProvider = tp
+		// First in, so last out: the spans of the stop are flushed.
+		s.closers = append([]func(){func() { s.flushTraces(tp) }}, s.closers...)
+	}
+
 	s.Store = store.New(s.Primary, s.Read)
 	feeds := feed.Config{
 		Prefix:      cfg.Redis.Prefix,
@@ -156,6 +187,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		outbox.NewCollector(s.Store.OutboxStats),
 		fanout.NewPendingCollector(s.Queue.Pending),
+		buildInfoGauge(ReadBuildInfo()),
 	)
 	s.fanoutMetrics = fanout.NewMetrics(s.registry)
 	s.dispatchMetrics = outbox.NewMetrics(s.registry)
@@ -231,23 +263,27 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 	}
 }
 
-var (
-	errPostgresDown = errors.New("PostgreSQL")
-	errRedisDown    = errors.New("Redis")
-)
-
-// Ready checks that PostgreSQL and Redis answer; the error names the one
-// that does not.
-func (s *System) Ready(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, time.Second)
+// flushTraces sends the spans the tracer provider still holds, within
+// shutdown_timeout.
+func (s *System) flushTraces(tp *sdktrace.TracerProvider) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.Config.ShutdownTimeout)
 	defer cancel()
-	if s.Primary.Ping(ctx) != nil {
-		return errPostgresDown
+	if err := tp.Shutdown(ctx); err != nil {
+		s.Log.Warn("cannot flush the last spans", zap.String("key", "tracing.endpoint"), zap.Error(err))
 	}
-	if s.Redis.Ping(ctx).Err() != nil {
-		return errRedisDown
+}
+
+// errDraining is what /readyz says once the process was asked to stop.
+var errDraining = errors.New("shutting down")
+
+// Ready reports whether the process takes traffic: not stopping, and
+// PostgreSQL and Redis answer. The error says which is not so (a
+// *health.DownError names the dependency).
+func (s *System) Ready(ctx context.Context) error {
+	if s.draining.Load() {
+		return errDraining
 	}
-	return nil
+	return s.health.Check(ctx)
 }
 
 // opsHandler serves /metrics, /healthz, /readyz and, when enabled, pprof.
@@ -258,10 +294,11 @@ func (s *System) opsHandler() http.Handler {
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		// Not logged: an outage is logged once by the health watch, and a
+		// balancer asks every few seconds.
 		if err := s.Ready(r.Context()); err != nil {
-			s.Log.Warn("not ready", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable,
-				`{"error":{"code":"unavailable","message":"`+err.Error()+` is unreachable"}}`)
+				`{"error":{"code":"unavailable","message":"`+err.Error()+`"}}`)
 			return
 		}
 		writeJSON(w, http.StatusOK, `{"status":"ready"}`)
@@ -282,14 +319,20 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 	_, _ = w.Write([]byte(body + "\n"))
 }
 
-// Run runs the roles until ctx ends, then stops them gracefully within
-// shutdown_timeout. Every long-running piece runs in one errgroup: Run returns
-// the error that stopped it (the first one a piece returned: a port already
-// taken, say), or nil when ctx ended and everything stopped.
+// Run runs the roles until ctx ends, then stops them gracefully: /readyz
+// answers 503 at once; a process that serves the API goes on answering for
+// shutdown_drain, so that load balancers take it out before it stops
+// accepting; then every role stops within shutdown_timeout. Every
+// long-running piece runs in one errgroup: Run returns the error that
+// stopped it (the first one a piece returned: a port already taken, say),
+// or nil when ctx ended and everything stopped.
 func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
-	ctx, cancel := context.WithCancel(ctx)
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
-	g, gctx := errgroup.WithContext(ctx)
+	stopDraining := context.AfterFunc(ctx, func() { s.drain(runCtx, slices.Contains(roles, RoleServe)); cancel() })
+	defer stopDraining()
+	g, gctx := errgroup.WithContext(runCtx)
+	g.Go(func() error { return s.health.Run(gctx) })
 	g.Go(func() error { return s.checkRedisSettings(gctx) })
 	if err := s.startRoles(gctx, g, roles, secret); err != nil {
 		cancel() // what had started stops
@@ -301,6 +344,33 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 	err := g.Wait()
 	s.Log.Info("stopped")
 	return err
+}
+
+// drain marks the process not ready and, for one that serves the API,
+// waits shutdown_drain while it answers on (or until runCtx ends: a piece
+// failed meanwhile).
+func (s *System) drain(runCtx context.Context, servesAPI bool) {
+	s.draining.Store(true)
+	wait := s.Config.ShutdownDrain
+	if !servesAPI || wait <= 0 {
+		return
+	}
+	// A client on a kept-alive connection would stay with this process
+	// whatever the balancer does: its next request gets an answer and
+	// Connection: close, and it reconnects through the balancer.
+	s.apiServersMu.Lock()
+	for _, srv := range s.apiServers {
+		srv.SetKeepAlivesEnabled(false)
+	}
+	s.apiServersMu.Unlock()
+	s.Log.Info("draining: /readyz answers 503 and the API answers on until it stops accepting",
+		zap.Duration("shutdown_drain", wait))
+	drained := time.NewTimer(wait)
+	defer drained.Stop()
+	select {
+	case <-drained.C:
+	case <-runCtx.Done():
+	}
 }
 
 // startRoles builds each role and starts its pieces in g; the first role
@@ -384,6 +454,9 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		Ops:              s.opsHandler(),
 		Registerer:       s.registry,
 		Logger:           s.Log.Named("api"),
+		AccessLogLevel:   accessLevel(cfg.Log.AccessLevel),
+		Outages:          s.health,
+		TracerProvider:   s.tracerProvider,
 
 		// The web app at /; with --dev it offers to sign in by user id.
 		App:       web.New(web.Config{Dev: s.Dev}),
@@ -412,6 +485,8 @@ func (s *System) dispatchRole(ctx context.Context, g *errgroup.Group) error {
 		Wake:           wake,
 		Metrics:        s.dispatchMetrics,
 		Logger:         s.Log.Named("dispatch"),
+		Outages:        s.health,
+		TracerProvider: s.tracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)
@@ -420,6 +495,7 @@ func (s *System) dispatchRole(ctx context.Context, g *errgroup.Group) error {
 		Retention: cfg.Outbox.Retention,
 		Metrics:   s.dispatchMetrics,
 		Logger:    s.Log.Named("clean"),
+		Outages:   s.health,
 	})
 	if err != nil {
 		return fmt.Errorf("dispatch: %w", err)
@@ -447,6 +523,8 @@ func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
 		ShutdownTimeout: cfg.ShutdownTimeout,
 		Metrics:         s.fanoutMetrics,
 		Logger:          s.Log.Named("work"),
+		Outages:         s.health,
+		TracerProvider:  s.tracerProvider,
 	})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)
@@ -476,6 +554,11 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 		IdleTimeout:       s.Config.HTTP.IdleTimeout,
 		MaxHeaderBytes:    s.Config.HTTP.MaxHeaderBytes,
 	}
+	if name == "api" {
+		s.apiServersMu.Lock()
+		s.apiServers = append(s.apiServers, srv)
+		s.apiServersMu.Unlock()
+	}
 	g.Go(func() error {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			return fmt.Errorf("%s server: %w", name, err)
@@ -495,21 +578,49 @@ func (s *System) serveHTTP(ctx context.Context, g *errgroup.Group, name, addr st
 	return nil
 }
 
-// NewLogger builds the process logger: JSON for machines, console for people.
+// NewLogger builds the process logger: JSON for machines, console for
+// people, both with ISO-8601 UTC timestamps ("2026-12-01T08:00:00.123Z")
+// and no stack traces: an error a dependency causes is not a bug, and a
+// panic logs its own stack.
 func NewLogger(cfg *Config) (*zap.Logger, error) {
+	zc, err := loggerConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return zc.Build()
+}
+
+// loggerConfig is the configuration of the process logger, writing to stderr.
+func loggerConfig(cfg *Config) (zap.Config, error) {
 	level, err := zapcore.ParseLevel(cfg.Log.Level)
 	if err != nil {
-		return nil, fmt.Errorf("log.level: %w", err)
+		return zap.Config{}, fmt.Errorf("log.level: %w", err)
 	}
 	var zc zap.Config
 	if cfg.Log.Format == "console" {
 		zc = zap.NewDevelopmentConfig()
-		zc.DisableStacktrace = true
 	} else {
 		zc = zap.NewProductionConfig()
 		zc.Sampling = nil
 	}
+	zc.DisableStacktrace = true
+	zc.EncoderConfig.EncodeTime = utcISO8601
 	zc.Level = zap.NewAtomicLevelAt(level)
 	zc.OutputPaths = []string{"stderr"}
-	return zc.Build()
+	return zc, nil
+}
+
+// utcISO8601 writes a log line's time in ISO 8601, UTC, to the millisecond.
+func utcISO8601(t time.Time, enc zapcore.PrimitiveArrayEncoder) {
+	enc.AppendString(t.UTC().Format("2006-01-02T15:04:05.000Z07:00"))
+}
+
+// accessLevel is log.access_level as a zap level (validated with the
+// configuration).
+func accessLevel(name string) zapcore.Level {
+	level, err := zapcore.ParseLevel(name)
+	if err != nil {
+		return zapcore.InfoLevel
+	}
+	return level
 }

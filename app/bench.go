@@ -172,6 +172,7 @@ func startInProcess(ctx context.Context, cfg *Config, dbURL, prefix string) (ben
 	benchCfg.Redis.Prefix = prefix
 	benchCfg.Fanout.CelebrityThreshold = 1 << 60 // every author is fanned out
 	benchCfg.Log.Level = "warn"
+	benchCfg.ShutdownDrain = 0 // no load balancer to wait for
 	log, err := NewLogger(&benchCfg)
 	if err != nil {
 		return bench.Harness{}, nil, err

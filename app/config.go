@@ -2,6 +2,7 @@ package app
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strings"
 	"time"
@@ -178,8 +179,27 @@ type Config struct {
 		Level string `koanf:"level"`
 		// Format is json or console. Defaults to json (console with --dev).
 		Format string `koanf:"format"`
+		// AccessLevel is the level of the access log, one line per API
+		// request: debug, info, warn or error; below Level there is none
+		// (debug turns it off at the default level). Defaults to info.
+		AccessLevel string `koanf:"access_level"`
 	} `koanf:"log"`
-	// ShutdownTimeout bounds a graceful stop. Defaults to 15s.
+	Tracing struct {
+		// Endpoint is the OTLP/HTTP endpoint of a trace collector
+		// (http://collector:4318; traces go to its /v1/traces unless the
+		// URL has a path); empty turns tracing off. Defaults to empty.
+		Endpoint string `koanf:"endpoint"`
+		// SampleRatio is the share of new traces recorded, 0 to 1; a trace
+		// started elsewhere (a caller's traceparent, a post's stored
+		// context) keeps its own decision. Defaults to 1.
+		SampleRatio float64 `koanf:"sample_ratio"`
+	} `koanf:"tracing"`
+	// ShutdownDrain is how long a process that serves the API keeps
+	// answering after SIGTERM, with /readyz answering 503, so that load
+	// balancers move traffic away before it stops accepting; 0 stops at
+	// once. Defaults to 5s.
+	ShutdownDrain time.Duration `koanf:"shutdown_drain"`
+	// ShutdownTimeout bounds a graceful stop, after the drain. Defaults to 15s.
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
 
@@ -244,6 +264,10 @@ var defaults = map[string]any{
 	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
 	"log.level":                    "info",
 	"log.format":                   "json",
+	"log.access_level":             "info",
+	"tracing.endpoint":             "",
+	"tracing.sample_ratio":         1.0,
+	"shutdown_drain":               "5s",
 	"shutdown_timeout":             "15s",
 }
 
@@ -346,15 +370,28 @@ func (c *Config) validate() []problem {
 	}
 	positiveDur("queue.claim_idle", c.Queue.ClaimIdle)
 	positive("queue.max_deliveries", c.Queue.MaxDeliveries)
-	switch c.Log.Level {
-	case "debug", "info", "warn", "error":
-	default:
-		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
+	for _, l := range [][2]string{{"log.level", c.Log.Level}, {"log.access_level", c.Log.AccessLevel}} {
+		switch l[1] {
+		case "debug", "info", "warn", "error":
+		default:
+			bad(l[0], "must be debug, info, warn or error, got %q", l[1])
+		}
 	}
 	switch c.Log.Format {
 	case "json", "console":
 	default:
 		bad("log.format", "must be json or console, got %q", c.Log.Format)
+	}
+	if c.Tracing.Endpoint != "" {
+		if _, err := traceEndpoint(c.Tracing.Endpoint); err != nil {
+			bad("tracing.endpoint", "%v", err)
+		}
+	}
+	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 || math.IsNaN(c.Tracing.SampleRatio) {
+		bad("tracing.sample_ratio", "must be from 0 to 1, got %v", c.Tracing.SampleRatio)
+	}
+	if c.ShutdownDrain < 0 {
+		bad("shutdown_drain", "must not be negative (0 stops at once), got %s", c.ShutdownDrain)
 	}
 	positiveDur("shutdown_timeout", c.ShutdownTimeout)
 	return problems

@@ -361,6 +361,8 @@ func decodeValue(key string, t reflect.Type, raw any) (any, error) {
 		return nil, fmt.Errorf("%s is not true or false", shown)
 	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
 		return decodeInt(rv, t.Bits(), shown)
+	case t.Kind() == reflect.Float64:
+		return decodeFloat(rv, shown)
 	case t.Kind() == reflect.String:
 		if rv.Kind() == reflect.String {
 			return rv.String(), nil
@@ -395,6 +397,26 @@ func decodeDuration(rv reflect.Value, shown string) (any, error) {
 		return nil, fmt.Errorf("%s is not a duration (write a unit: %ss)", shown, text)
 	}
 	return nil, fmt.Errorf("%s is not a duration (like 500ms, 30s, 2m, 1h)", shown)
+}
+
+// decodeFloat reads a finite number, whole or not (tracing.sample_ratio).
+func decodeFloat(rv reflect.Value, shown string) (any, error) {
+	switch {
+	case rv.CanFloat():
+		if f := rv.Float(); !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return f, nil
+		}
+	case rv.CanInt():
+		return float64(rv.Int()), nil
+	case rv.CanUint():
+		return float64(rv.Uint()), nil
+	case rv.Kind() == reflect.String:
+		f, err := strconv.ParseFloat(strings.TrimSpace(rv.String()), 64)
+		if err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
+			return f, nil
+		}
+	}
+	return nil, fmt.Errorf("%s is not a number", shown)
 }
 
 // decodeInt reads a whole number that fits in bits.

@@ -58,6 +58,22 @@ func TestConfigErrorsNameKeyAndSource(t *testing.T) {
 		require.Equal(t, 7*time.Second, cfg.Queue.ClaimIdle)
 	})
 
+	t.Run("a ratio is read from every source, whole or not", func(t *testing.T) {
+		t.Parallel()
+		for _, src := range []ConfigSources{
+			{File: writeConfig(t, "tracing:\n  sample_ratio: 0.25\n")},
+			{Environ: []string{"NEWSFEED_TRACING_SAMPLE_RATIO= 0.25 "}},
+			{Flags: []FlagValue{{Key: "tracing.sample_ratio", Value: 0.25, Flag: "--ratio"}}},
+		} {
+			cfg, err := LoadConfig(src)
+			require.NoError(t, err)
+			require.InDelta(t, 0.25, cfg.Tracing.SampleRatio, 0)
+		}
+		cfg, err := LoadConfig(ConfigSources{File: writeConfig(t, "tracing:\n  sample_ratio: 0\n")})
+		require.NoError(t, err)
+		require.Zero(t, cfg.Tracing.SampleRatio)
+	})
+
 	t.Run("wrong types, in our words", func(t *testing.T) {
 		t.Parallel()
 		for body, want := range map[string]string{
@@ -71,11 +87,17 @@ func TestConfigErrorsNameKeyAndSource(t *testing.T) {
 			"outbox:\n  notify: 2\n":                   `outbox.notify: "2" is not true or false`,
 			"outbox:\n  lease: forever\n":              `outbox.lease: "forever" is not a duration (like 500ms, 30s, 2m, 1h)`,
 			"outbox:\n  lease: true\n":                 `outbox.lease: "true" is not a duration (like 500ms, 30s, 2m, 1h)`,
-			"log: debug\n":                             `log: is a section of keys (such as log.format), not a value`,
+			"log: debug\n":                             `log: is a section of keys (such as log.access_level), not a value`,
 			"http:\n  addr:\n    port: 80\n":           `http.addr: is a value, not a section of keys`,
 			"feed:\n  max_length: 1\n":                 `unknown key feed.max_length`,
 			"auth:\n  secret: [hunter2, hunter3]\n":    `auth.secret: is a list, not a single value`,
 			"redis:\n  wait_replicas: \"1\"\n  x: 1\n": `unknown key redis.x`,
+			"tracing:\n  sample_ratio: half\n":         `tracing.sample_ratio: "half" is not a number`,
+			"tracing:\n  sample_ratio: .nan\n":         `tracing.sample_ratio: "NaN" is not a number`,
+			"tracing:\n  sample_ratio: 1.5\n":          `tracing.sample_ratio: must be from 0 to 1, got 1.5`,
+			"tracing:\n  endpoint: collector:4318\n":   `tracing.endpoint: "collector:4318" is not an http:// or https:// URL of a collector (http://collector:4318)`,
+			"shutdown_drain: -1s\n":                    `shutdown_drain: must not be negative (0 stops at once), got -1s`,
+			"log:\n  access_level: loud\n":             `log.access_level: must be debug, info, warn or error, got "loud"`,
 		} {
 			path := writeConfig(t, body)
 			require.Equal(t, []string{"config file " + path + ": " + want}, configProblems(t, ConfigSources{File: path, FileRequired: true}), body)

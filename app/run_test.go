@@ -23,6 +23,7 @@ func TestHealthyMeansListening(t *testing.T) {
 	t.Setenv("NEWSFEED_REDIS_URL", testenv.NewRedisDB(t))
 	t.Setenv("NEWSFEED_LOG_LEVEL", "error")
 	t.Setenv("NEWSFEED_AUTH_SECRET", "test-secret-test-secret-test-secret")
+	t.Setenv("NEWSFEED_SHUTDOWN_DRAIN", "0s")
 	for range 5 {
 		metricsAddr, err := probe.FreeAddr()
 		require.NoError(t, err)

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"runtime/debug"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -65,4 +66,16 @@ func versionCommand() *cobra.Command {
 			return err
 		},
 	}
+}
+
+// buildInfoGauge is newsfeed_build_info{version,commit,goversion}, always
+// 1: which build every process runs, on its /metrics.
+func buildInfoGauge(b BuildInfo) prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "newsfeed_build_info",
+		Help:        "The build this process runs: its version, commit and Go version in the labels; always 1.",
+		ConstLabels: prometheus.Labels{"version": b.Version, "commit": b.Commit, "goversion": b.Go},
+	})
+	g.Set(1)
+	return g
 }

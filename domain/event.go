@@ -34,6 +34,10 @@ type Event struct {
 	Ticket string
 	// CreatedAt is when the change committed; delivery latency starts here.
 	CreatedAt time.Time
+	// TraceContext is the W3C traceparent of the span the event's work
+	// continues: as claimed, the span that wrote the row; in a ticket, the
+	// dispatcher's publish. Empty when nothing was traced.
+	TraceContext string
 }
 
 // PostPayload is the payload of post.created and post.deleted.

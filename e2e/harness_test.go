@@ -113,6 +113,9 @@ func newCluster(t *testing.T, opts ...clusterOption) *cluster {
 		// Tests post and follow in bulk; those about limits set their own.
 		"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=0",
 		"NEWSFEED_RATELIMIT_FOLLOWS_PER_MINUTE=0",
+		// No load balancer to wait for: SIGTERM stops at once, except in
+		// the test of the drain.
+		"NEWSFEED_SHUTDOWN_DRAIN=0s",
 	}
 	for _, o := range opts {
 		o(c)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/internal/backoff"
@@ -74,6 +76,14 @@ type Config struct {
 	Metrics *Metrics
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
+	// Outages tells whether a dependency outage, logged once by whoever
+	// watches the dependencies, explains a failure: it is then logged at
+	// debug. nil: every failure is a warning.
+	Outages Outages
+	// TracerProvider traces each ticket's fan-out, as the child of the
+	// trace context the ticket carries (the dispatcher's publish), and each
+	// page of followers it writes. Defaults to none (the no-op provider).
+	TracerProvider trace.TracerProvider
 }
 
 // validate refuses the values out of range, naming each field. Zero is in
@@ -128,6 +138,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
+	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)

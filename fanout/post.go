@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"math"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/newsfeed/newsfeed/domain"
 )
 
@@ -95,9 +98,12 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64)
 	if err != nil {
 		return err
 	}
-	return w.eachFollowerPage(ctx, authorID, after, until, func(followers []int64) error {
+	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
 		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf)
 		w.metrics.entries.Add(float64(added))
+		if span := trace.SpanFromContext(ctx); span.IsRecording() {
+			span.SetAttributes(attribute.Int("newsfeed.page.entries", added))
+		}
 		return err
 	})
 }
@@ -114,18 +120,19 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if only, err := w.graph.PostPulledOnly(ctx, p.PostID); err != nil || only {
 		return err
 	}
-	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(followers []int64) error {
+	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(ctx context.Context, followers []int64) error {
 		return w.feeds.Remove(ctx, followers, []int64{p.PostID})
 	})
 }
 
 // eachFollowerPage calls fn with the author's followers, one keyset page at
-// a time: memory stays flat however many followers there are. The next page
+// a time, each in its span (fn's ctx): memory stays flat however many
+// followers there are. The next page
 // is read from PostgreSQL while fn writes the current one to Redis. A page
 // that a dependency was not ready for (domain.ErrUnavailable: one shard's
 // replica behind) does not stop the pages after it, whose followers may be
 // elsewhere: the error is returned at the end, and the retry redoes it all.
-func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until int64, fn func([]int64) error) error {
+func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until int64, fn func(context.Context, []int64) error) error {
 	type page struct {
 		ids []int64
 		err error
@@ -159,7 +166,7 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until in
 		if len(p.ids) == 0 {
 			break
 		}
-		if err := fn(p.ids); errors.Is(err, domain.ErrUnavailable) {
+		if err := w.page(ctx, p.ids, fn); errors.Is(err, domain.ErrUnavailable) {
 			unavailable = cmp.Or(unavailable, err)
 		} else if err != nil {
 			return err

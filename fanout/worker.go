@@ -21,10 +21,12 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // Graph is what the worker reads from the social graph.
@@ -117,6 +119,14 @@ type Queue interface {
 	DeadLetter(ctx context.Context, t domain.Delivery, cause string) error
 }
 
+// Outages tells whether a known outage of a dependency explains an error
+// (health.Watch).
+type Outages interface {
+	// Explained reports whether err is explained by a dependency outage
+	// that is already logged.
+	Explained(ctx context.Context, err error) bool
+}
+
 // Worker consumes tickets and writes feeds.
 type Worker struct {
 	graph   Graph
@@ -126,7 +136,12 @@ type Worker struct {
 	cfg     Config
 	log     *zap.Logger
 	metrics *Metrics
+	tracer  trace.Tracer
+	tracing bool // Config.TracerProvider was set: pages get spans
 }
+
+// instrumentationName names the worker's tracer.
+const instrumentationName = "github.com/newsfeed/newsfeed/fanout"
 
 // New builds a worker. It returns an error, naming the field, if a value of
 // cfg is out of range; zero fields take their defaults (see Config).
@@ -134,8 +149,10 @@ func New(graph Graph, feeds Feeds, ob Outbox, q Queue, cfg Config) (*Worker, err
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
+	tracing := cfg.TracerProvider != nil
 	cfg.setDefaults()
-	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}, nil
+	return &Worker{graph: graph, feeds: feeds, outbox: ob, queue: q, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
+		tracer: cfg.TracerProvider.Tracer(instrumentationName), tracing: tracing}, nil
 }
 
 // Run processes tickets until ctx ends, then lets in-flight tickets finish
@@ -188,7 +205,7 @@ func (w *Worker) Run(ctx context.Context) error {
 				break
 			}
 			wait := errWait.Next()
-			w.log.Warn("reading tickets failed; retrying", zap.Error(err), zap.Duration("retry_in", wait))
+			health.Log(ctx, w.cfg.Outages, w.log, "reading tickets failed; retrying", err, zap.Duration("retry_in", wait))
 			backoff.Sleep(ctx, wait)
 			continue
 		}

@@ -9,6 +9,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // Celebrities — authors with more followers than the threshold — are not
@@ -115,7 +117,7 @@ func (f *Feeds) celebrities(ctx context.Context, userID int64, meta readMeta) ([
 	}
 	// A failed write only costs this computation again on the next read.
 	if err := f.rdb.Set(ctx, f.keys.celebrities(userID), tag+strings.Join(list, ","), f.cfg.ActiveTTL).Err(); err != nil && ctx.Err() == nil {
-		f.log.Warn("celebrity list cache write failed", zap.Error(err))
+		logctx.From(ctx, f.log).Warn("celebrity list cache write failed", zap.Error(err))
 	}
 	return ids, nil
 }

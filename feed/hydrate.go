@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // tombstone is the post cache's value for a post that is deleted or missing.
@@ -87,6 +88,6 @@ func (f *Feeds) cachePosts(ctx context.Context, posts []domain.Post, wanted []in
 		return nil
 	})
 	if err != nil && ctx.Err() == nil {
-		f.log.Warn("post cache write failed", zap.Error(err))
+		logctx.From(ctx, f.log).Warn("post cache write failed", zap.Error(err))
 	}
 }

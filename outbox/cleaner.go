@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // The defaults of a Cleaner's CleanerConfig, which app's configuration
@@ -48,6 +50,9 @@ type CleanerConfig struct {
 	Metrics *Metrics
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
+	// Outages, like the Dispatcher's, turns a failed pass that a known
+	// outage explains into a debug line. nil: every failure is a warning.
+	Outages Outages
 }
 
 // validate refuses negative values, naming the field.
@@ -108,7 +113,7 @@ func (c *Cleaner) Run(ctx context.Context) error {
 			return nil // both were ready: the end wins
 		}
 		if _, err := c.CleanOnce(ctx); err != nil && ctx.Err() == nil {
-			c.cfg.Logger.Warn("outbox cleanup failed", zap.Error(err))
+			health.Log(ctx, c.cfg.Outages, c.cfg.Logger, "outbox cleanup failed", err)
 		}
 	}
 }

@@ -13,10 +13,13 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // Store is what the dispatcher needs from the outbox table.
@@ -93,6 +96,23 @@ type Config struct {
 	Metrics *Metrics
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
+	// Outages tells whether a dependency outage, logged once by whoever
+	// watches the dependencies, explains a failed pass: the pass is then
+	// logged at debug. nil: every failure is a warning.
+	Outages Outages
+	// TracerProvider traces each claim that returns rows, and each event's
+	// publish as the child of the trace context its row keeps (linked to
+	// the claim); the ticket carries the publish's context on. Defaults to
+	// none (the no-op provider): the stored context is passed on as it is.
+	TracerProvider trace.TracerProvider
+}
+
+// Outages tells whether a known outage of a dependency explains an error
+// (health.Watch).
+type Outages interface {
+	// Explained reports whether err is explained by a dependency outage
+	// that is already logged.
+	Explained(ctx context.Context, err error) bool
 }
 
 // validate refuses negative values, naming the field.
@@ -125,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
+	if c.TracerProvider == nil {
+		c.TracerProvider = noop.NewTracerProvider()
+	}
 	return c
 }
 
@@ -151,7 +174,11 @@ type Dispatcher struct {
 	cfg     Config
 	log     *zap.Logger
 	metrics *Metrics
+	tracer  trace.Tracer
 }
+
+// instrumentationName names the dispatcher's tracer.
+const instrumentationName = "github.com/newsfeed/newsfeed/outbox"
 
 // Metrics are the Prometheus metrics of the dispatcher and the cleaner.
 type Metrics struct {
@@ -190,7 +217,8 @@ func NewDispatcher(store Store, pub Publisher, cfg Config) (*Dispatcher, error) 
 		return nil, err
 	}
 	cfg = cfg.withDefaults()
-	return &Dispatcher{store: store, pub: pub, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics}, nil
+	return &Dispatcher{store: store, pub: pub, cfg: cfg, log: cfg.Logger, metrics: cfg.Metrics,
+		tracer: cfg.TracerProvider.Tracer(instrumentationName)}, nil
 }
 
 // Run dispatches until ctx is done. Failures of PostgreSQL or the queue are
@@ -219,7 +247,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			// While backing off, new writes do not cut the wait short: a
 			// dependency that is down would be hit once per post.
 			wake = nil
-			d.log.Warn("dispatch failed; retrying", zap.Error(err), zap.Duration("retry_in", next))
+			health.Log(ctx, d.cfg.Outages, d.log, "dispatch failed; retrying", err, zap.Duration("retry_in", next))
 		case n == d.cfg.BatchSize:
 			errWait.Reset()
 			next = 0 // a full batch: there is probably more
@@ -235,8 +263,13 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.PassTimeout)
 	defer cancel()
+	claimedAt := time.Now()
 	events, err := d.store.Claim(ctx, d.cfg.BatchSize, d.cfg.Lease)
-	if err != nil || len(events) == 0 {
+	if err == nil && len(events) == 0 {
+		return 0, nil // an idle poll: no span
+	}
+	claim := d.claimSpan(ctx, claimedAt, len(events), err)
+	if err != nil {
 		return 0, err
 	}
 	claimed := len(events)
@@ -245,7 +278,9 @@ func (d *Dispatcher) DispatchOnce(ctx context.Context) (int, error) {
 	var ids []int64
 	var tickets []string
 	events, ids, tickets = d.stillQueued(ctx, events)
+	spans := d.startPublishSpans(ctx, claim, events)
 	published, errs := d.pub.Publish(ctx, events)
+	endPublishSpans(spans, published, errs)
 	var failures []error
 	var postponed []int64
 	for i, e := range events {
@@ -301,7 +336,7 @@ func (d *Dispatcher) stillQueued(ctx context.Context, events []domain.Event) (re
 	}
 	held, err := d.pub.Holds(ctx, oldTickets)
 	if err != nil {
-		d.log.Warn("cannot check queued tickets; publishing again", zap.Error(err))
+		health.Log(ctx, d.cfg.Outages, d.log, "cannot check queued tickets; publishing again", err)
 		return events, nil, nil
 	}
 	heldByID := make(map[int64]bool, len(old))

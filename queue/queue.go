@@ -439,8 +439,10 @@ func isBusyGroup(err error) bool {
 	return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP")
 }
 
+// encode is a ticket's fields. "trace", the W3C traceparent that the
+// worker's fan-out continues, is there only when the event has one.
 func encode(e domain.Event) []any {
-	return []any{
+	fields := []any{
 		"id", e.ID,
 		"type", e.Type,
 		"attempt", e.Attempt,
@@ -448,6 +450,10 @@ func encode(e domain.Event) []any {
 		"created", e.CreatedAt.UnixMicro(),
 		"payload", string(e.Payload),
 	}
+	if e.TraceContext != "" {
+		fields = append(fields, "trace", e.TraceContext)
+	}
+	return fields
 }
 
 // decode never fails: a malformed ticket decodes to an event with zero
@@ -465,6 +471,8 @@ func decode(part int, m redis.XMessage, deliveries int64) domain.Delivery {
 			Failures:  int(num("failures")),
 			CreatedAt: time.UnixMicro(num("created")),
 			Payload:   []byte(str("payload")),
+
+			TraceContext: str("trace"),
 		},
 	}
 }

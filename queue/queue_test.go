@@ -79,6 +79,7 @@ func requireEvent(t *testing.T, want domain.Event, got domain.Delivery) {
 	require.Equal(t, want.Type, got.Type, "type")
 	require.Equal(t, want.Attempt, got.Attempt, "attempt")
 	require.JSONEq(t, string(want.Payload), string(got.Payload), "payload")
+	require.Equal(t, want.TraceContext, got.TraceContext, "trace context")
 	wantAt := want.CreatedAt.Truncate(time.Microsecond)
 	require.True(t, wantAt.Equal(got.CreatedAt), "created_at: want %v, got %v", wantAt, got.CreatedAt)
 }
@@ -168,6 +169,7 @@ func TestPublishAndRead(t *testing.T) {
 		events[1].Payload = json.RawMessage(`{"follower_id":5,"followee_id":6}`)
 		events[2].Type = domain.PostDeleted
 		events[2].Attempt = 9
+		events[2].TraceContext = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 		publish(t, q, events)
 		require.Equal(t, int64(3), streamLen(t, b, b.stream))
 

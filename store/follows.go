@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/traceparent"
 )
 
 // followSQL adds the edge, bumps the followee's follower count and writes
@@ -22,8 +23,8 @@ WITH f AS (
     INSERT INTO follower_counts (user_id, followers) SELECT followee_id, 1 FROM f
     ON CONFLICT (user_id) DO UPDATE SET followers = follower_counts.followers + 1
 ), o AS (
-    INSERT INTO outbox (event_type, payload)
-    SELECT '` + domain.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+    INSERT INTO outbox (event_type, payload, trace_context)
+    SELECT '` + domain.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id), NULLIF($3, '') FROM f
 )
 SELECT count(*) FROM f`
 
@@ -36,8 +37,8 @@ WITH f AS (
     UPDATE follower_counts SET followers = followers - 1
     WHERE user_id = (SELECT followee_id FROM f)
 ), o AS (
-    INSERT INTO outbox (event_type, payload)
-    SELECT '` + domain.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f
+    INSERT INTO outbox (event_type, payload, trace_context)
+    SELECT '` + domain.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id), NULLIF($3, '') FROM f
 )
 SELECT count(*) FROM f`
 
@@ -48,7 +49,7 @@ func (db *DB) Follow(ctx context.Context, follower, followee int64) (bool, error
 		return false, domain.ErrSelfFollow
 	}
 	var n int
-	if err := db.primary.QueryRow(ctx, followSQL, follower, followee).Scan(&n); err != nil {
+	if err := db.primary.QueryRow(ctx, followSQL, follower, followee, traceparent.From(ctx)).Scan(&n); err != nil {
 		return false, fmt.Errorf("follow: %w", err)
 	}
 	return n == 1, nil
@@ -57,7 +58,7 @@ func (db *DB) Follow(ctx context.Context, follower, followee int64) (bool, error
 // Unfollow removes the edge. It reports whether there was one.
 func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (bool, error) {
 	var n int
-	if err := db.primary.QueryRow(ctx, unfollowSQL, follower, followee).Scan(&n); err != nil {
+	if err := db.primary.QueryRow(ctx, unfollowSQL, follower, followee, traceparent.From(ctx)).Scan(&n); err != nil {
 		return false, fmt.Errorf("unfollow: %w", err)
 	}
 	return n == 1, nil

@@ -202,7 +202,7 @@ func TestMigrateUpgradesAnOlderSchema(t *testing.T) {
 	ctx := t.Context()
 	migExecPool(t, pool,
 		"DROP TABLE pulled_posts",
-		"ALTER TABLE outbox DROP COLUMN failures, DROP COLUMN chunks_left",
+		"ALTER TABLE outbox DROP COLUMN failures, DROP COLUMN chunks_left, DROP COLUMN trace_context",
 		"ALTER TABLE follower_counts DROP COLUMN pulled",
 		"DROP INDEX follows_following_idx",
 		"DROP INDEX outbox_chunk_idx",
@@ -215,6 +215,7 @@ func TestMigrateUpgradesAnOlderSchema(t *testing.T) {
 		"ALTER SEQUENCE posts_id_seq OWNED BY posts.id",
 		"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0",
 		"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer",
+		"ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context text",
 		"ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false",
 		"CREATE TABLE IF NOT EXISTS pulled_posts (",
 		// Indexes of existing tables come after the transaction, concurrently.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/traceparent"
 )
 
 // claimSQL takes up to $1 rows that need a dispatcher — pending and due, or
@@ -27,7 +28,7 @@ WHERE id = ANY(ARRAY(
     ORDER BY due_at, id
     LIMIT $1
     FOR UPDATE SKIP LOCKED))
-RETURNING id, event_type, payload, attempts, failures, COALESCE(ticket, ''), created_at`
+RETURNING id, event_type, payload, attempts, failures, COALESCE(ticket, ''), created_at, COALESCE(trace_context, '')`
 
 // Claim leases up to limit due outbox rows to the caller for lease.
 func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]domain.Event, error) {
@@ -37,7 +38,7 @@ func (db *DB) Claim(ctx context.Context, limit int, lease time.Duration) ([]doma
 	}
 	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.Event, error) {
 		var e domain.Event
-		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.Failures, &e.Ticket, &e.CreatedAt)
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.Failures, &e.Ticket, &e.CreatedAt, &e.TraceContext)
 		return e, err
 	})
 	if err != nil {
@@ -265,6 +266,10 @@ SELECT follower_id FROM (
 // transaction, and wakes the dispatchers. It returns how many chunks the
 // parent has left (0 if the parent is not in flight).
 //
+// Each chunk keeps a trace context: ctx's span (the fan-out that splits),
+// or else the parent row's, so that the chunks' deliveries stay in the
+// post's trace.
+//
 // Only the first split writes chunks; splitting again (a redelivered
 // parent, two workers holding one ticket) changes nothing, whatever chunks
 // the later caller computed. The parent row is locked before anything is
@@ -305,8 +310,8 @@ SELECT chunks_left, status IN ('pending', 'publishing', 'published') FROM outbox
 		// written and any there were, so it cannot disagree with them.
 		if err := tx.QueryRow(ctx, `
 WITH c AS (
-    INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at)
-    SELECT '`+domain.FanoutChunk+`', p.payload::jsonb, o.id, p.no, o.created_at
+    INSERT INTO outbox (event_type, payload, parent_id, chunk_no, created_at, trace_context)
+    SELECT '`+domain.FanoutChunk+`', p.payload::jsonb, o.id, p.no, o.created_at, COALESCE(NULLIF($3, ''), o.trace_context)
     FROM outbox o, unnest($2::text[]) WITH ORDINALITY AS p(payload, no)
     WHERE o.id = $1
     ON CONFLICT (parent_id, chunk_no) WHERE parent_id IS NOT NULL DO NOTHING
@@ -315,7 +320,7 @@ WITH c AS (
 UPDATE outbox SET due_at = 'infinity', chunks_left = (SELECT count(*) FROM c)
     + (SELECT count(*) FROM outbox WHERE parent_id = $1 AND status <> 'done')
 WHERE id = $1
-RETURNING chunks_left`, parentID, payloads).Scan(&n); err != nil {
+RETURNING chunks_left`, parentID, payloads, traceparent.From(ctx)).Scan(&n); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, OutboxChannel)

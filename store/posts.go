@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/traceparent"
 )
 
 // createPostSQL writes the post and its post.created outbox row in one
@@ -21,16 +22,17 @@ WITH p AS (
     ON CONFLICT (author_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
     RETURNING id, author_id, body, created_at
 ), o AS (
-    INSERT INTO outbox (event_type, payload, created_at)
-    SELECT '` + domain.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at FROM p
+    INSERT INTO outbox (event_type, payload, created_at, trace_context)
+    SELECT '` + domain.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at, NULLIF($4, '') FROM p
 )
 SELECT id, author_id, body, created_at FROM p`
 
 // CreatePost stores a post and its delivery intent atomically. When key is not
 // empty and the author already created a post with it, that post is returned
-// with created false and nothing is written.
+// with created false and nothing is written. The outbox row keeps the trace
+// context of ctx's span, which the post's delivery continues.
 func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) (post domain.Post, created bool, err error) {
-	post, err = scanPost(db.primary.QueryRow(ctx, createPostSQL, authorID, body, key))
+	post, err = scanPost(db.primary.QueryRow(ctx, createPostSQL, authorID, body, key, traceparent.From(ctx)))
 	if err == nil {
 		return post, true, nil
 	}
@@ -93,8 +95,8 @@ WITH p AS (
     WHERE id = $1 AND author_id = $2 AND deleted_at IS NULL
     RETURNING id, author_id
 ), o AS (
-    INSERT INTO outbox (event_type, payload)
-    SELECT '` + domain.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id) FROM p
+    INSERT INTO outbox (event_type, payload, trace_context)
+    SELECT '` + domain.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id), NULLIF($3, '') FROM p
 )
 SELECT count(*) FROM p`
 
@@ -103,7 +105,7 @@ SELECT count(*) FROM p`
 // somebody else wrote it.
 func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
 	var n int
-	if err := db.primary.QueryRow(ctx, deletePostSQL, id, authorID).Scan(&n); err != nil {
+	if err := db.primary.QueryRow(ctx, deletePostSQL, id, authorID, traceparent.From(ctx)).Scan(&n); err != nil {
 		return fmt.Errorf("delete post %d: %w", id, err)
 	}
 	if n == 1 {

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What an operator sees of a running process: its log lines about
+// dependency outages, and how it leaves a load balancer. These tests read
+// log lines on purpose: here the lines are what is promised (docs/API.md,
+// "Logs").
+
+// logLine is one JSON line of a process's stderr.
+type logLine map[string]any
+
+// lines parses p's stderr, failing on a line that is not JSON.
+func (p *proc) lines() []logLine {
+	p.t.Helper()
+	var out []logLine
+	for _, raw := range strings.Split(strings.TrimSpace(p.output()), "\n") {
+		if raw == "" {
+			continue
+		}
+		var l logLine
+		require.NoError(p.t, json.Unmarshal([]byte(raw), &l), "a log line that is not JSON: %s", raw)
+		out = append(out, l)
+	}
+	return out
+}
+
+// count returns how many of p's lines have message msg.
+func (p *proc) count(msg string) int {
+	n := 0
+	for _, l := range p.lines() {
+		if l["msg"] == msg {
+			n++
+		}
+	}
+	return n
+}
+
+// TestOutagesLoggedOncePerTransition: PostgreSQL, then Redis, goes away
+// from every role while requests keep failing and the loops keep retrying;
+// each role that met the outage logs it once when it began and once when it
+// ended, and no line anywhere carries a stack trace.
+func TestOutagesLoggedOncePerTransition(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t, withEnv("NEWSFEED_LOG_LEVEL=info", "NEWSFEED_OUTBOX_BACKOFF_BASE=100ms", "NEWSFEED_OUTBOX_NOTIFY=false"))
+	c.skipOnCluster("a TCP proxy cuts Redis; a cluster client would reach the nodes directly")
+	dbURL, err := url.Parse(c.dbURL)
+	require.NoError(t, err)
+	redisURL, err := url.Parse(c.redisURL)
+	require.NoError(t, err)
+	pg, rd := newProxy(t, dbURL.Host), newProxy(t, redisURL.Host)
+	pgURL, rdURL := *dbURL, *redisURL
+	pgURL.Host, rdURL.Host = pg.addr, rd.addr
+	env := []string{"NEWSFEED_DATABASE_URL=" + pgURL.String(), "NEWSFEED_REDIS_URL=" + rdURL.String()}
+	serve, dispatcher, worker := c.startWith("serve", env), c.startWith("dispatch", env), c.startWith("work", env)
+	john := serve.client(5)
+
+	const failing = 30
+	waitLine := func(p *proc, msg string) {
+		t.Helper()
+		require.EventuallyWithT(t, func(ct *assert.CollectT) {
+			require.Positive(ct, p.count(msg))
+		}, 30*time.Second, 20*time.Millisecond, "%s logs %q", p.role, msg)
+	}
+
+	t.Log("PostgreSQL down")
+	pg.down()
+	parallel(failing, 8, func(int) {
+		status, _ := john.do("POST", "/v1/posts", map[string]string{"body": "refused"})
+		assert.Equal(t, http.StatusServiceUnavailable, status)
+	})
+	const pgDown, pgUp = "PostgreSQL is unreachable: what needs it fails, and is retried, until it answers", "PostgreSQL answers again"
+	waitLine(dispatcher, pgDown) // its claims fail
+	pg.up()
+	waitLine(serve, pgUp)
+	waitLine(dispatcher, pgUp)
+
+	t.Log("Redis down")
+	rd.down()
+	alan := serve.client(6)
+	parallel(failing, 8, func(int) {
+		status, _ := alan.do("PUT", "/v1/following/5", nil) // accepted; the feed's backfill fails and is left to the event
+		assert.Equal(t, http.StatusNoContent, status)
+	})
+	john.post("published once Redis is back")
+	const rdDown, rdUp = "Redis is unreachable: what needs it fails, and is retried, until it answers", "Redis answers again"
+	waitLine(serve, rdDown)
+	waitLine(dispatcher, rdDown) // its publications fail
+	waitLine(worker, rdDown)     // its reads fail
+	rd.up()
+	for _, p := range []*proc{serve, dispatcher, worker} {
+		waitLine(p, rdUp)
+	}
+	c.waitOutboxDrained(60 * time.Second)
+
+	for _, p := range []*proc{serve, dispatcher, worker} {
+		require.Equal(t, 0, p.stop())
+		for msg, want := range map[string]int{pgDown: 1, pgUp: 1, rdDown: 1, rdUp: 1} {
+			if p == worker && (msg == pgDown || msg == pgUp) {
+				want = 0 // nothing it did needed PostgreSQL meanwhile
+			}
+			require.Equal(t, want, p.count(msg), "%s: %q", p.role, msg)
+		}
+		for _, l := range p.lines() {
+			require.NotContains(t, l, "stacktrace", "%s: %v", p.role, l)
+			require.NotEqual(t, "request failed", l["msg"], "%s: a failure the outage explains is a debug line", p.role)
+			ts, _ := l["ts"].(string)
+			_, err := time.Parse(time.RFC3339Nano, ts)
+			require.NoError(t, err, "%s: ts %v is ISO 8601", p.role, l["ts"])
+		}
+	}
+	requests := 0
+	for _, l := range serve.lines() {
+		if l["msg"] == "request" && l["route"] == "/v1/posts" && l["status"] == float64(http.StatusServiceUnavailable) {
+			requests++
+			require.NotEmpty(t, l["request_id"])
+		}
+	}
+	require.Equal(t, failing, requests, "the access log has every refused request")
+}
+
+// TestDrain: on SIGTERM, serve's /readyz answers 503 at once, on both
+// addresses, while the API goes on answering — a post is accepted — for
+// shutdown_drain; then it stops and exits 0.
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	serve := c.startWith("serve", []string{"NEWSFEED_SHUTDOWN_DRAIN=3s"})
+	john := serve.client(5)
+	john.post("before")
+	ready := func(addr string) int {
+		resp, err := http.Get("http://" + addr + "/readyz")
+		require.NoError(t, err, "still listening")
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusOK, ready(serve.metricsAddr))
+	require.Equal(t, http.StatusOK, ready(serve.httpAddr))
+
+	require.NoError(t, serve.cmd.Process.Signal(syscall.SIGTERM))
+	require.Eventually(t, func() bool { return ready(serve.metricsAddr) == http.StatusServiceUnavailable },
+		10*time.Second, time.Millisecond, "readyz turns 503")
+	require.Equal(t, http.StatusServiceUnavailable, ready(serve.httpAddr))
+	during := john.post("during the drain")
+	status, _ := john.do("GET", "/v1/posts/"+jsonID(during.ID), nil)
+	require.Equal(t, http.StatusOK, status)
+	select {
+	case <-serve.done:
+		t.Fatal("serve stopped before its drain ended")
+	default:
+	}
+
+	require.Equal(t, 0, serve.stop(), "exits 0 after the drain")
+	var n int
+	require.NoError(t, c.pool.QueryRow(t.Context(), "SELECT count(*) FROM posts WHERE body = 'during the drain'").Scan(&n))
+	require.Equal(t, 1, n)
+}
+
+func jsonID(id int64) string {
+	raw, _ := json.Marshal(id)
+	return string(raw)
+}

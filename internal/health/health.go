@@ -1,0 +1,223 @@
+// Package health knows whether the process's dependencies (PostgreSQL and
+// Redis) answer, and logs each change once: one line when one stops
+// answering, one when it answers again, however many requests and loops
+// fail in between. Those failures ask Watch.Explained and, when an outage
+// the watch has logged explains them, log at debug only (Log): an outage
+// reads as two lines in every role, not one stack trace per request.
+//
+// The watch learns of an outage from a failure (it pings every dependency,
+// at most once per interval, when something fails that no known outage
+// explains), or from a readiness check; while a dependency is down, Run
+// pings it every interval, so its return is logged even when nothing uses
+// it meanwhile.
+package health
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+)
+
+// Dependency is one service the process needs.
+type Dependency struct {
+	// Name is how operators call it: "PostgreSQL", "Redis".
+	Name string
+	// Key is the configuration key that points at it ("database.url"),
+	// for the log line.
+	Key string
+	// Ping returns nil when the dependency answers.
+	Ping func(ctx context.Context) error
+}
+
+// The defaults of a Watch.
+const (
+	// DefaultInterval is how often a down dependency is pinged.
+	DefaultInterval = time.Second
+	// DefaultTimeout bounds one ping.
+	DefaultTimeout = time.Second
+)
+
+// Watch tracks the dependencies. Its methods are safe for concurrent use.
+type Watch struct {
+	deps     []*dependency
+	log      *zap.Logger
+	interval time.Duration
+	timeout  time.Duration
+	wake     chan struct{} // Run pings while something is down
+
+	mu       sync.Mutex // one round of pings at a time
+	pingedAt time.Time  // when the last round began
+}
+
+// minPingGap is the least time between two rounds of pings that failures
+// ask for: failures that no outage explains (a bug answering 500s) cost at
+// most ten rounds a second, and a failure met within it of a round that
+// found everything up is not taken for an outage.
+const minPingGap = 100 * time.Millisecond
+
+type dependency struct {
+	Dependency
+	down  atomic.Bool
+	since time.Time // when it went down; guarded by Watch.mu
+}
+
+// NewWatch watches deps, logging to log; a zero interval or timeout takes
+// its default.
+func NewWatch(log *zap.Logger, interval, timeout time.Duration, deps ...Dependency) *Watch {
+	if interval <= 0 {
+		interval = DefaultInterval
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	w := &Watch{log: log, interval: interval, timeout: timeout, wake: make(chan struct{}, 1)}
+	for _, d := range deps {
+		w.deps = append(w.deps, &dependency{Dependency: d})
+	}
+	return w
+}
+
+// DownError names the dependency that does not answer.
+type DownError struct {
+	Name string
+	Err  error
+}
+
+func (e *DownError) Error() string { return e.Name + " is unreachable" }
+func (e *DownError) Unwrap() error { return e.Err }
+
+// Check pings every dependency now and returns a *DownError for the first
+// that does not answer, or nil: the readiness of the process. A change is
+// logged like any other.
+func (w *Watch) Check(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	errs := w.pingAll(ctx)
+	for i, d := range w.deps {
+		if errs[i] != nil {
+			return &DownError{Name: d.Name, Err: errs[i]}
+		}
+	}
+	return nil
+}
+
+// Down reports whether a dependency is known to be down.
+func (w *Watch) Down() bool {
+	for _, d := range w.deps {
+		if d.down.Load() {
+			return true
+		}
+	}
+	return false
+}
+
+// Explained reports whether err, which some work met, is explained by an
+// outage that the watch has logged: a dependency known to be down, or found
+// down by pinging them now. Concurrent callers wait for one round of pings,
+// and rounds are at least minPingGap apart. It is false for nil and for a
+// context the caller cancelled: those are no outage.
+func (w *Watch) Explained(ctx context.Context, err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) {
+		return false
+	}
+	if w.Down() {
+		return true
+	}
+	asked := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	switch {
+	case w.Down():
+		return true // found by the round this caller waited for
+	case w.pingedAt.After(asked):
+		return false // a round that began after the failure found everything up
+	case time.Since(w.pingedAt) < minPingGap:
+		return false // everything answered a moment ago: not an outage
+	}
+	w.pingAll(ctx)
+	return w.Down()
+}
+
+// Run pings the dependencies that are down every interval until they
+// answer, so that their return is logged, until ctx ends; it returns nil.
+func (w *Watch) Run(ctx context.Context) error {
+	tick := time.NewTicker(w.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-w.wake:
+		}
+		for w.Down() {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-tick.C:
+			}
+			w.mu.Lock()
+			w.pingAll(ctx)
+			w.mu.Unlock()
+		}
+	}
+}
+
+// pingAll pings every dependency at once, records what changed, and
+// returns each one's error. w.mu is held. The pings outlive a caller that
+// gives up (a client that left must not make a dependency look down).
+func (w *Watch) pingAll(ctx context.Context) []error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
+	defer cancel()
+	w.pingedAt = time.Now()
+	errs := make([]error, len(w.deps))
+	var wg sync.WaitGroup
+	for i, d := range w.deps {
+		wg.Go(func() { errs[i] = d.Ping(ctx) })
+	}
+	wg.Wait()
+	for i, d := range w.deps {
+		w.record(d, errs[i])
+	}
+	return errs
+}
+
+// record notes one ping's outcome and logs a change. w.mu is held.
+func (w *Watch) record(d *dependency, err error) {
+	switch {
+	case err != nil && !d.down.Load():
+		d.down.Store(true)
+		d.since = time.Now()
+		w.log.Warn(d.Name+" is unreachable: what needs it fails, and is retried, until it answers",
+			zap.String("dependency", d.Name), zap.String("key", d.Key), zap.Error(err))
+		select {
+		case w.wake <- struct{}{}:
+		default:
+		}
+	case err == nil && d.down.Load():
+		d.down.Store(false)
+		w.log.Info(d.Name+" answers again",
+			zap.String("dependency", d.Name), zap.Duration("down_for", time.Since(d.since).Round(time.Millisecond)))
+	}
+}
+
+// Explainer tells whether an outage explains an error: a *Watch, or nil.
+type Explainer interface {
+	Explained(ctx context.Context, err error) bool
+}
+
+// Log logs msg with err at warn, or at debug when outages (which may be
+// nil) explains err: the outage itself is logged once, by the watch.
+func Log(ctx context.Context, outages Explainer, log *zap.Logger, msg string, err error, fields ...zap.Field) {
+	level := zapcore.WarnLevel
+	if outages != nil && outages.Explained(ctx, err) {
+		level = zapcore.DebugLevel
+	}
+	if ce := log.Check(level, msg); ce != nil {
+		ce.Write(append(fields, zap.Error(err))...)
+	}
+}
