@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
 )
 
@@ -125,6 +126,9 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 		e.GET("/healthz", ops)
 		e.GET("/readyz", ops)
 	}
+	// The API's own description, open like /healthz: the file its tests
+	// hold every answer to.
+	e.GET("/openapi.yaml", serveOpenAPI)
 
 	// Authentication is per route, not on the group: a group middleware makes
 	// echo add catch-all routes that would answer 404 for a wrong method.
@@ -142,6 +146,11 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
 	return e
+}
+
+// serveOpenAPI answers docs/openapi.yaml, as YAML (RFC 9512).
+func serveOpenAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI)
 }
 
 // listings reads the listings from where posts and graph read them.

@@ -32,6 +32,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/openapitest"
 	"github.com/newsfeed/newsfeed/internal/probe"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -293,13 +294,13 @@ func (p *proc) client(userID int64) *client {
 
 func (c *client) do(method, path string, body any) (int, []byte) {
 	c.t.Helper()
-	var r io.Reader
+	var sent []byte
 	if body != nil {
-		b, err := json.Marshal(body)
+		var err error
+		sent, err = json.Marshal(body)
 		require.NoError(c.t, err)
-		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, r)
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(sent))
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -308,7 +309,19 @@ func (c *client) do(method, path string, body any) (int, []byte) {
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
+	requireDescribed(c.t, req, sent, resp, out)
 	return resp.StatusCode, out
+}
+
+// requireDescribed fails the test when docs/openapi.yaml does not allow an
+// answer of the API (see internal/openapitest), saying what drifted.
+func requireDescribed(t *testing.T, req *http.Request, sent []byte, resp *http.Response, body []byte) {
+	t.Helper()
+	spec, err := openapitest.Load()
+	require.NoError(t, err)
+	require.NoError(t, spec.Check(openapitest.Exchange{
+		Request: req, RequestBody: sent, Status: resp.StatusCode, Header: resp.Header, Body: body,
+	}))
 }
 
 type post struct {

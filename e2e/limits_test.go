@@ -52,6 +52,7 @@ func rawDo(t *testing.T, p *proc, as int64, method, path, body string) (int, htt
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	requireDescribed(t, req, []byte(body), resp, out)
 	return resp.StatusCode, resp.Header, string(out)
 }
 
@@ -109,8 +110,11 @@ func TestSlowClientIsCutOff(t *testing.T) {
 	req.Header.Set("X-Big", big)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
-	resp.Body.Close()
+	defer resp.Body.Close()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	requireDescribed(t, req, nil, resp, out)
 }
 
 // A Redis that accepts connections and never answers (paused, partitioned)
