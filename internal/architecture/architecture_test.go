@@ -41,6 +41,7 @@ var allowed = map[string][]string{
 	"app":                   {"*"},
 	"":                      {"app"}, // main
 	"e2e":                   {},      // tests only
+	"deploy":                {},      // tests only: the dashboard and alerts
 	"internal/architecture": {},
 	"internal/openapitest":  {"docs"}, // tests' check of the API against docs/openapi.yaml
 }
