@@ -57,13 +57,16 @@ func TestAllowedExchanges(t *testing.T) {
 	t.Parallel()
 	spec := load(t)
 	for name, e := range map[string]exchange{
-		"a post":            {method: "GET", target: "/v1/posts/71", status: 200, body: post},
-		"a created post":    {method: "POST", target: "/v1/posts", sent: `{"body":"Good morning"}`, status: 201, header: map[string]string{"Location": "/v1/posts/71"}, body: post},
-		"a page":            {method: "GET", target: "/v1/feed?limit=5", status: 200, body: page},
-		"an empty limit":    {method: "GET", target: "/v1/feed?limit=&cursor=", status: 200, body: page},
-		"a follow":          {method: "PUT", target: "/v1/following/2", status: 204},
-		"a bad id":          {method: "GET", target: "/v1/posts/abc", status: 400, body: `{"error":{"code":"invalid_argument","message":"id"}}`},
-		"an empty id":       {method: "GET", target: "/v1/users//posts", status: 400, body: `{"error":{"code":"invalid_argument","message":"id"}}`},
+		"a post":         {method: "GET", target: "/v1/posts/71", status: 200, body: post},
+		"a created post": {method: "POST", target: "/v1/posts", sent: `{"body":"Good morning"}`, status: 201, header: map[string]string{"Location": "/v1/posts/71"}, body: post},
+		"a page":         {method: "GET", target: "/v1/feed?limit=5", status: 200, body: page},
+		"an empty limit": {method: "GET", target: "/v1/feed?limit=&cursor=", status: 200, body: page},
+		"a follow":       {method: "PUT", target: "/v1/following/2", status: 204},
+		"a bad id":       {method: "GET", target: "/v1/posts/abc", status: 400, body: `{"error":{"code":"invalid_argument","message":"id"}}`},
+		"an empty id":    {method: "GET", target: "/v1/users//posts", status: 400, body: `{"error":{"code":"invalid_argument","message":"id"}}`},
+		"an empty id, a wrong method": {method: "PUT", target: "/v1/users//posts", status: 405, header: map[string]string{"Allow": "OPTIONS, GET"},
+			body: `{"error":{"code":"method_not_allowed","message":"no"}}`},
+		"an empty last id":  {method: "DELETE", target: "/v1/following/", status: 404, body: `{"error":{"code":"not_found","message":"no such route"}}`},
 		"no token":          {method: "GET", target: "/v1/feed", noToken: true, status: 401, header: map[string]string{"WWW-Authenticate": `Bearer realm="newsfeed"`}, body: `{"error":{"code":"unauthenticated","message":"no"}}`},
 		"rate limited":      {method: "PUT", target: "/v1/following/2", status: 429, header: map[string]string{"Retry-After": "3"}, body: `{"error":{"code":"rate_limited","message":"slow"}}`},
 		"an unknown path":   {method: "GET", target: "/nope", status: 404, body: `{"error":{"code":"not_found","message":"no such route"}}`},
@@ -121,6 +124,26 @@ func TestDrift(t *testing.T) {
 		"an id that is not positive": {
 			exchange{method: "GET", target: "/v1/posts/71", status: 200, body: `{"id":0,"author_id":123,"body":"x","created_at":"2026-11-30T08:00:00Z"}`},
 			[]string{"getPost", "/id"},
+		},
+		"an id over int64": {
+			exchange{method: "GET", target: "/v1/posts/71", status: 200, body: `{"id":9223372036854775808,"author_id":123,"body":"x","created_at":"2026-11-30T08:00:00Z"}`},
+			[]string{"getPost", "at '/id'", "9223372036854775808 is not an int64"},
+		},
+		"a time that is not UTC": {
+			exchange{method: "GET", target: "/v1/posts/71", status: 200, body: `{"id":1,"author_id":123,"body":"x","created_at":"2026-11-30T08:00:00+01:00"}`},
+			[]string{"getPost", "at '/created_at'"},
+		},
+		"a time that is not a time": {
+			exchange{method: "GET", target: "/v1/posts/71", status: 200, body: `{"id":1,"author_id":123,"body":"x","created_at":"yesterday Z"}`},
+			[]string{"getPost", "at '/created_at'", "date-time"},
+		},
+		"data after the body accepted": {
+			exchange{method: "POST", target: "/v1/posts", sent: `{"body":"hi"} {}`, status: 201, header: map[string]string{"Location": "/v1/posts/71"}, body: post},
+			[]string{"createPost", "the request body is not JSON: data after the JSON value"},
+		},
+		"no body accepted": {
+			exchange{method: "POST", target: "/v1/posts", status: 201, header: map[string]string{"Location": "/v1/posts/71"}, body: post},
+			[]string{"createPost", "the request body is required"},
 		},
 		"another error code": {
 			exchange{method: "PUT", target: "/v1/following/1", status: 422, body: `{"error":{"code":"invalid_body","message":"x"}}`},
@@ -210,6 +233,20 @@ func TestEveryOperationDocumentsTheCommonStatuses(t *testing.T) {
 			for _, status := range []string{"401", "503"} {
 				require.Contains(t, statuses, status, "%s in docs/openapi.yaml (authenticated)", op)
 			}
+		}
+	}
+}
+
+// BenchmarkCheck: what checking one answer costs the tests (a page of 20
+// posts).
+func BenchmarkCheck(b *testing.B) {
+	spec, err := openapitest.Load()
+	require.NoError(b, err)
+	items := strings.TrimSuffix(strings.Repeat(post+",", 20), ",")
+	x := exchange{method: "GET", target: "/v1/feed?limit=20", status: 200, body: `{"items":[` + items + `],"next_cursor":"cDcx"}`}.build()
+	for b.Loop() {
+		if err := spec.Check(x); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
