@@ -71,7 +71,8 @@ CREATE TABLE IF NOT EXISTS follower_counts (
 --   published  in the queue; due_at = when to publish again if no worker
 --              has reported the fan-out finished (lost ticket)
 --   done       fan-out finished; deleted after outbox.retention
---   dead       gave up after outbox.max_attempts; last_error says why
+--   dead       gave up after outbox.max_attempts; last_error says why,
+--              died_at when (`newsfeed outbox dead` lists them)
 CREATE TABLE IF NOT EXISTS outbox (
     id           bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_type   text        NOT NULL,
@@ -96,7 +97,8 @@ CREATE TABLE IF NOT EXISTS outbox (
     last_error   text,
     created_at   timestamptz NOT NULL DEFAULT now(),
     published_at timestamptz,
-    finished_at  timestamptz
+    finished_at  timestamptz,
+    died_at      timestamptz
 );
 -- Upgrades of databases created by earlier versions of this file.
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0;
@@ -104,6 +106,8 @@ ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
 ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
+-- When a row was parked dead (NULL for rows parked before this column).
+ALTER TABLE outbox ADD COLUMN IF NOT EXISTS died_at timestamptz;
 ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;
 -- A parent splits once, however often its ticket is delivered.
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL;

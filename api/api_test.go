@@ -42,6 +42,8 @@ type testBundle struct {
 type setupOpts struct {
 	// feedMaxLen overrides feed.Config.MaxLen when positive.
 	feedMaxLen int
+	// configure, if set, changes the API's configuration before it is built.
+	configure func(*api.Config)
 }
 
 func setup(t *testing.T) (*echo.Echo, *testBundle) {
@@ -55,7 +57,11 @@ func setupWith(t *testing.T, opts setupOpts) (*echo.Echo, *testBundle) {
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
 	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50, MaxLen: opts.feedMaxLen})
-	e := api.New(db, db, feeds, api.Config{Secret: testSecret})
+	cfg := api.Config{Secret: testSecret}
+	if opts.configure != nil {
+		opts.configure(&cfg)
+	}
+	e := api.New(db, db, feeds, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return e, &testBundle{pool: pool, db: db, rdb: rdb, prefix: prefix, feeds: feeds, srv: srv, secret: testSecret}
@@ -369,7 +375,7 @@ func TestUnknownRoute(t *testing.T) {
 		name, method, path string
 	}{
 		{"outside /v1", http.MethodGet, "/nope"},
-		{"root", http.MethodGet, "/"},
+		{"the prefix alone", http.MethodGet, "/v1"}, // "/" is the web app's page (webapp_test.go)
 		{"under /v1", http.MethodGet, "/v1/nope"},
 		{"deeper than a route", http.MethodGet, "/v1/posts/1/comments"},
 	} {

@@ -322,6 +322,27 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 				t.Fatal(err)
 			}
 		}),
+		"operator rebuild": step(func(t *rapid.T) {
+			// `newsfeed feed rebuild`: the feed is the truth at once, its
+			// newest max_len posts in Redis.
+			u := m.user(t, "user")
+			stored, err := m.feeds.Rebuild(context.Background(), u)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := m.truth(u, 0)
+			want = want[:min(len(want), m.cfg.MaxLen)]
+			slices.Reverse(want)
+			if !stored.Complete || stored.Whole != (len(m.truth(u, 0)) < m.cfg.MaxLen) || !slices.Equal(stored.IDs, want) {
+				t.Fatalf("user %d's rebuilt feed holds %v (complete %v, whole %v), want %v", u, stored.IDs, stored.Complete, stored.Whole, want)
+			}
+		}),
+		"operator drop": step(func(t *rapid.T) {
+			// `newsfeed feed drop`: the next read rebuilds it.
+			if err := m.feeds.Drop(context.Background(), m.user(t, "user")); err != nil {
+				t.Fatal(err)
+			}
+		}),
 		"lose redis": step(func(t *rapid.T) {
 			// As FLUSHDB does to this check's keys: feeds, timelines,
 			// caches, the ticket stream and its consumer group.

@@ -77,6 +77,13 @@ type Config struct {
 	// the caller's own recent writes. nil: listings read where posts and
 	// graph read.
 	ReadYourWrites *ReadYourWrites
+	// App is the web app, served at / and its assets without
+	// authentication. nil: no app, / answers 404.
+	App App
+	// DevTokens adds POST /dev/token, which signs a token for any user id
+	// it is given: for --dev only, where the secret is public. Without it
+	// the route does not exist (404).
+	DevTokens bool
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
 }
@@ -145,6 +152,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
+	s.mountApp(e)
 	return e
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/newsfeed/newsfeed/ratelimit"
 	"github.com/newsfeed/newsfeed/sticky"
 	"github.com/newsfeed/newsfeed/store"
+	"github.com/newsfeed/newsfeed/web"
 )
 
 // devSecret signs tokens in --dev mode when no auth.secret is configured.
@@ -62,6 +63,10 @@ type System struct {
 	Store   *store.DB
 	Feeds   *feed.Feeds
 	Queue   *queue.Queue
+
+	// Dev is --dev: serve also answers POST /dev/token, which signs a
+	// token for any user id (the web app's sign-in by id).
+	Dev bool
 
 	fanoutFeeds *feed.Feeds // Feeds that wait for replicas, for the workers
 
@@ -368,6 +373,10 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		Ops:              s.opsHandler(),
 		Registerer:       s.registry,
 		Logger:           s.Log.Named("api"),
+
+		// The web app at /; with --dev it offers to sign in by user id.
+		App:       web.New(web.Config{Dev: s.Dev}),
+		DevTokens: s.Dev,
 	})
 	return s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e)
 }

@@ -44,7 +44,7 @@ Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process
 			if million {
 				opts.BigFollowers = 1_000_000
 			}
-			var overrides map[string]any
+			var overrides []FlagValue
 			if apiURL == "" {
 				overrides = benchOverrides()
 			}
@@ -131,10 +131,12 @@ Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process
 }
 
 // benchOverrides are the keys the bench sets whatever the configuration
-// says: it posts in bulk, so its servers limit no rate. (Keys this build does
-// not know yet are ignored.)
-func benchOverrides() map[string]any {
-	return map[string]any{"ratelimit.posts_per_minute": 0, "ratelimit.follows_per_minute": 0}
+// says: it posts in bulk, so its servers limit no rate.
+func benchOverrides() []FlagValue {
+	return []FlagValue{
+		{Key: "ratelimit.posts_per_minute", Value: 0, Flag: "newsfeed bench"},
+		{Key: "ratelimit.follows_per_minute", Value: 0, Flag: "newsfeed bench"},
+	}
 }
 
 // benchExecutable is the binary of the bench's worker processes; tests

@@ -2,7 +2,6 @@ package app
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -43,10 +42,13 @@ func NewRootCommand(assets Assets) *cobra.Command {
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "config.yaml", "configuration file (YAML)")
 
-	// load reads the configuration with the flags of cmd that override keys.
-	load := func(cmd *cobra.Command, overrides map[string]any) (*Config, error) {
-		explicit := cmd.Flags().Changed("config")
-		return LoadConfig(configPath, explicit, os.Environ(), overrides)
+	// sources are where cmd reads its configuration, with the values of
+	// its flags that set keys.
+	sources := func(cmd *cobra.Command, flags []FlagValue) ConfigSources {
+		return ConfigSources{File: configPath, FileRequired: cmd.Flags().Changed("config"), Environ: os.Environ(), Flags: flags}
+	}
+	load := func(cmd *cobra.Command, flags []FlagValue) (*Config, error) {
+		return LoadConfig(sources(cmd, flags))
 	}
 
 	root.AddCommand(
@@ -57,6 +59,8 @@ func NewRootCommand(assets Assets) *cobra.Command {
 		migrateCommand(load, assets),
 		tokenCommand(load),
 		outboxCommand(load),
+		feedCommand(load),
+		configCommand(sources),
 		benchCommand(load, assets),
 		versionCommand(),
 	)
@@ -66,7 +70,12 @@ func NewRootCommand(assets Assets) *cobra.Command {
 	return root
 }
 
-type loadFunc func(cmd *cobra.Command, overrides map[string]any) (*Config, error)
+// loadFunc reads the configuration of cmd, with the values of its flags
+// that set keys.
+type loadFunc func(cmd *cobra.Command, flags []FlagValue) (*Config, error)
+
+// sourcesFunc says where cmd reads its configuration.
+type sourcesFunc func(cmd *cobra.Command, flags []FlagValue) ConfigSources
 
 func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, assets Assets) *cobra.Command {
 	var dev bool
@@ -76,14 +85,14 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			overrides := map[string]any{}
+			var flags []FlagValue
 			if cmd.Flags().Changed("concurrency") {
-				overrides["fanout.concurrency"] = concurrency
+				flags = append(flags, FlagValue{Key: "fanout.concurrency", Value: concurrency, Flag: "--concurrency"})
 			}
 			if dev && os.Getenv("NEWSFEED_LOG_FORMAT") == "" {
-				overrides["log.format"] = "console"
+				flags = append(flags, FlagValue{Key: "log.format", Value: "console", Flag: "--dev"})
 			}
-			cfg, err := load(cmd, overrides)
+			cfg, err := load(cmd, flags)
 			if err != nil {
 				return err
 			}
@@ -114,6 +123,7 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 				return stoppedOr(ctx, err)
 			}
 			defer sys.Close()
+			sys.Dev = dev
 			return sys.Run(ctx, roles, secret)
 		},
 	}
@@ -212,62 +222,5 @@ func tokenCommand(load loadFunc) *cobra.Command {
 	cmd.Flags().DurationVar(&ttl, "ttl", 24*time.Hour, "how long the token is valid")
 	cmd.Flags().BoolVar(&dev, "dev", false, "sign with the development secret when auth.secret is unset")
 	_ = cmd.MarkFlagRequired("user")
-	return cmd
-}
-
-func outboxCommand(load loadFunc) *cobra.Command {
-	cmd := &cobra.Command{Use: "outbox", Short: "Inspect and repair the outbox"}
-	withStore := func(cmd *cobra.Command, fn func(ctx context.Context, db *store.DB) error) error {
-		cfg, err := load(cmd, nil)
-		if err != nil {
-			return err
-		}
-		pool, err := store.Connect(cmd.Context(), cfg.Database.URL, 2, cfg.Database.ConnectWait)
-		if err != nil {
-			return fmt.Errorf("database.url: %w", err)
-		}
-		defer pool.Close()
-		return fn(cmd.Context(), store.New(pool, nil))
-	}
-	stats := &cobra.Command{
-		Use:   "stats",
-		Short: "Print outbox counts as JSON: pending, in flight, dead, oldest age",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStore(cmd, func(ctx context.Context, db *store.DB) error {
-				s, err := db.OutboxStats(ctx)
-				if err != nil {
-					return err
-				}
-				out := map[string]any{
-					"pending": s.Pending, "in_flight": s.InFlight, "dead": s.Dead,
-					"oldest_pending_age_seconds": s.OldestPendingAge.Seconds(),
-				}
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				return enc.Encode(out)
-			})
-		},
-	}
-	var id int64
-	retry := &cobra.Command{
-		Use:   "retry-dead [--id N]",
-		Short: "Make dead events pending again (all, or one with --id)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if cmd.Flags().Changed("id") && id <= 0 {
-				return errors.New("--id must be a positive outbox id")
-			}
-			return withStore(cmd, func(ctx context.Context, db *store.DB) error {
-				n, err := db.RetryDead(ctx, id)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "%d dead event(s) made pending again\n", n)
-				return nil
-			})
-		},
-	}
-	retry.Flags().Int64Var(&id, "id", 0, "retry only this outbox id")
-	cmd.AddCommand(stats, retry)
 	return cmd
 }

@@ -1,17 +1,10 @@
 package app
 
 import (
-	"errors"
 	"fmt"
-	"os"
 	"sort"
 	"strings"
 	"time"
-
-	"github.com/knadh/koanf/parsers/yaml"
-	"github.com/knadh/koanf/providers/confmap"
-	"github.com/knadh/koanf/providers/file"
-	"github.com/knadh/koanf/v2"
 
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/internal/backoff"
@@ -243,61 +236,6 @@ var defaults = map[string]any{
 	"shutdown_timeout":             "15s",
 }
 
-// LoadConfig builds the configuration from defaults, the YAML file at path
-// (optional when path is "config.yaml" and it does not exist), the
-// environment, and finally overrides (flag values keyed by config key).
-func LoadConfig(path string, explicitPath bool, environ []string, overrides map[string]any) (*Config, error) {
-	k := koanf.New(".")
-	if err := k.Load(confmap.Provider(defaults, "."), nil); err != nil {
-		return nil, fmt.Errorf("load defaults: %w", err)
-	}
-
-	if path != "" {
-		if _, err := os.Stat(path); err == nil || explicitPath {
-			fileConf := koanf.New(".")
-			if err := fileConf.Load(file.Provider(path), yaml.Parser()); err != nil {
-				return nil, fmt.Errorf("config file %s: %w", path, err)
-			}
-			for _, key := range fileConf.Keys() {
-				if _, ok := defaults[key]; !ok {
-					return nil, fmt.Errorf("config file %s: unknown key %q", path, key)
-				}
-			}
-			if err := k.Merge(fileConf); err != nil {
-				return nil, fmt.Errorf("config file %s: %w", path, err)
-			}
-		}
-	}
-
-	envConf := map[string]any{}
-	for _, kv := range environ {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, "NEWSFEED_") {
-			continue
-		}
-		if key, known := envKeys[name]; known {
-			envConf[key] = value
-		}
-	}
-	if err := k.Load(confmap.Provider(envConf, "."), nil); err != nil {
-		return nil, fmt.Errorf("load environment: %w", err)
-	}
-	if len(overrides) > 0 {
-		if err := k.Load(confmap.Provider(overrides, "."), nil); err != nil {
-			return nil, fmt.Errorf("load flags: %w", err)
-		}
-	}
-
-	var cfg Config
-	if err := k.Unmarshal("", &cfg); err != nil {
-		return nil, fmt.Errorf("config: %w", err)
-	}
-	if err := cfg.validate(); err != nil {
-		return nil, err
-	}
-	return &cfg, nil
-}
-
 // envKeys maps NEWSFEED_FEED_MAX_LEN to feed.max_len for every known key.
 var envKeys = func() map[string]string {
 	m := make(map[string]string, len(defaults))
@@ -317,89 +255,93 @@ func KnownKeys() []string {
 	return keys
 }
 
-func (c *Config) validate() error {
-	var errs []error
-	positive := func(key string, v int) {
+// validate returns what is wrong with the values, each problem naming its
+// key (LoadConfig adds where the value came from).
+func (c *Config) validate() []problem {
+	var problems []problem
+	bad := func(key, format string, args ...any) {
+		problems = append(problems, problem{key: key, text: fmt.Sprintf(format, args...)})
+	}
+	positive := func(key string, v int64) {
 		if v <= 0 {
-			errs = append(errs, fmt.Errorf("config key %s must be positive, got %d", key, v))
+			bad(key, "must be positive, got %d", v)
 		}
 	}
-	notNegative := func(key string, v int) {
+	notNegative := func(key string, v int64) {
 		if v < 0 {
-			errs = append(errs, fmt.Errorf("config key %s must not be negative (0 turns it off), got %d", key, v))
+			bad(key, "must not be negative (0 turns it off), got %d", v)
 		}
 	}
 	positiveDur := func(key string, v time.Duration) {
 		if v <= 0 {
-			errs = append(errs, fmt.Errorf("config key %s must be a positive duration, got %s", key, v))
+			bad(key, "must be a positive duration, got %s", v)
 		}
 	}
-	if c.Database.URL == "" {
-		errs = append(errs, errors.New("config key database.url is empty"))
+	notEmpty := func(key, v string) {
+		if v == "" {
+			bad(key, "must not be empty")
+		}
 	}
-	if c.Redis.URL == "" {
-		errs = append(errs, errors.New("config key redis.url is empty"))
-	}
-	positive("database.max_conns", int(c.Database.MaxConns))
-	notNegative("redis.wait_replicas", c.Redis.WaitReplicas)
+	notEmpty("database.url", c.Database.URL)
+	notEmpty("redis.url", c.Redis.URL)
+	positive("database.max_conns", int64(c.Database.MaxConns))
+	positiveDur("database.connect_wait", c.Database.ConnectWait)
+	notNegative("redis.wait_replicas", int64(c.Redis.WaitReplicas))
 	if c.Redis.WaitTimeout < time.Millisecond || c.Redis.WaitTimeout > maxWaitTimeout {
-		errs = append(errs, fmt.Errorf("config key redis.wait_timeout must be from 1ms to %s, got %s", maxWaitTimeout, c.Redis.WaitTimeout))
+		bad("redis.wait_timeout", "must be from 1ms to %s, got %s", maxWaitTimeout, c.Redis.WaitTimeout)
 	}
-	positive("posts.max_chars", c.Posts.MaxChars)
 	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
 	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)
 	positiveDur("http.idle_timeout", c.HTTP.IdleTimeout)
 	if c.HTTP.MaxHeaderBytes < 4096 {
-		errs = append(errs, fmt.Errorf("config key http.max_header_bytes must be at least 4096, got %d", c.HTTP.MaxHeaderBytes))
+		bad("http.max_header_bytes", "must be at least 4096, got %d", c.HTTP.MaxHeaderBytes)
 	}
-	notNegative("ratelimit.posts_per_minute", c.RateLimit.PostsPerMinute)
-	notNegative("ratelimit.follows_per_minute", c.RateLimit.FollowsPerMinute)
-	positive("feed.max_len", c.Feed.MaxLen)
-	positive("feed.active_days", c.Feed.ActiveDays)
-	positive("feed.fallback_concurrency", c.Feed.FallbackConcurrency)
-	if c.Feed.Backfill < 0 {
-		errs = append(errs, fmt.Errorf("config key feed.backfill must not be negative, got %d", c.Feed.Backfill))
-	}
-	positive("fanout.chunk_size", c.Fanout.ChunkSize)
-	positive("fanout.page_size", c.Fanout.PageSize)
-	positive("fanout.concurrency", c.Fanout.Concurrency)
-	if c.Fanout.CelebrityThreshold < 0 {
-		errs = append(errs, fmt.Errorf("config key fanout.celebrity_threshold must not be negative, got %d", c.Fanout.CelebrityThreshold))
-	}
-	positive("outbox.batch_size", c.Outbox.BatchSize)
-	positive("outbox.max_attempts", c.Outbox.MaxAttempts)
+	notNegative("ratelimit.posts_per_minute", int64(c.RateLimit.PostsPerMinute))
+	notNegative("ratelimit.follows_per_minute", int64(c.RateLimit.FollowsPerMinute))
+	positive("posts.max_chars", int64(c.Posts.MaxChars))
+	positive("feed.max_len", int64(c.Feed.MaxLen))
+	notNegative("feed.backfill", int64(c.Feed.Backfill))
+	positiveDur("feed.rebuild_wait", c.Feed.RebuildWait)
+	positive("feed.fallback_concurrency", int64(c.Feed.FallbackConcurrency))
+	positive("feed.active_days", int64(c.Feed.ActiveDays))
+	positive("fanout.concurrency", int64(c.Fanout.Concurrency))
+	positive("fanout.page_size", int64(c.Fanout.PageSize))
+	positive("fanout.chunk_size", int64(c.Fanout.ChunkSize))
+	notNegative("fanout.celebrity_threshold", c.Fanout.CelebrityThreshold)
+	positive("outbox.batch_size", int64(c.Outbox.BatchSize))
 	positiveDur("outbox.poll_interval", c.Outbox.PollInterval)
 	positiveDur("outbox.lease", c.Outbox.Lease)
 	positiveDur("outbox.redeliver_after", c.Outbox.RedeliverAfter)
-	positiveDur("outbox.retention", c.Outbox.Retention)
-	positiveDur("queue.claim_idle", c.Queue.ClaimIdle)
-	positive("queue.max_deliveries", int(c.Queue.MaxDeliveries))
-	positiveDur("database.connect_wait", c.Database.ConnectWait)
+	positive("outbox.max_attempts", int64(c.Outbox.MaxAttempts))
 	positiveDur("outbox.backoff_base", c.Outbox.BackoffBase)
 	positiveDur("outbox.backoff_max", c.Outbox.BackoffMax)
-	positiveDur("feed.rebuild_wait", c.Feed.RebuildWait)
-	positiveDur("shutdown_timeout", c.ShutdownTimeout)
-	if c.Queue.Stream == "" || c.Queue.Group == "" {
-		errs = append(errs, errors.New("config keys queue.stream and queue.group must not be empty"))
-	}
+	positiveDur("outbox.retention", c.Outbox.Retention)
+	notEmpty("queue.stream", c.Queue.Stream)
+	notEmpty("queue.group", c.Queue.Group)
 	if c.Queue.Partitions < 1 || c.Queue.Partitions > queue.MaxPartitions {
-		errs = append(errs, fmt.Errorf("config key queue.partitions must be 1 to %d, got %d", queue.MaxPartitions, c.Queue.Partitions))
+		bad("queue.partitions", "must be 1 to %d, got %d", queue.MaxPartitions, c.Queue.Partitions)
 	}
-	if c.Queue.Partitions > 1 && strings.Contains(c.Redis.Prefix+c.Queue.Stream, "{") {
-		errs = append(errs, errors.New("config keys redis.prefix and queue.stream must not hold a hash tag (\"{\") when queue.partitions > 1: each partition has its own"))
+	if c.Queue.Partitions > 1 {
+		// Each partition's stream carries a hash tag of its own.
+		for _, kv := range [][2]string{{"redis.prefix", c.Redis.Prefix}, {"queue.stream", c.Queue.Stream}} {
+			if strings.Contains(kv[1], "{") {
+				problems = append(problems, problem{key: kv[0], related: []string{"queue.partitions"},
+					text: fmt.Sprintf("must not hold a hash tag (\"{\") when queue.partitions > 1: each partition has its own, got %q", kv[1])})
+			}
+		}
 	}
+	positiveDur("queue.claim_idle", c.Queue.ClaimIdle)
+	positive("queue.max_deliveries", c.Queue.MaxDeliveries)
 	switch c.Log.Level {
 	case "debug", "info", "warn", "error":
 	default:
-		errs = append(errs, fmt.Errorf("config key log.level must be debug, info, warn or error, got %q", c.Log.Level))
+		bad("log.level", "must be debug, info, warn or error, got %q", c.Log.Level)
 	}
 	switch c.Log.Format {
 	case "json", "console":
 	default:
-		errs = append(errs, fmt.Errorf("config key log.format must be json or console, got %q", c.Log.Format))
+		bad("log.format", "must be json or console, got %q", c.Log.Format)
 	}
-	if len(errs) > 0 {
-		return errs[0] // one clear line: the first problem found
-	}
-	return nil
+	positiveDur("shutdown_timeout", c.ShutdownTimeout)
+	return problems
 }

@@ -27,7 +27,7 @@ func TestLoadConfig(t *testing.T) {
 
 	t.Run("defaults are API.md's", func(t *testing.T) {
 		t.Parallel()
-		cfg, err := LoadConfig(filepath.Join(t.TempDir(), "config.yaml"), false, nil, nil)
+		cfg, err := LoadConfig(ConfigSources{File: filepath.Join(t.TempDir(), "config.yaml")})
 		require.NoError(t, err)
 		require.Equal(t, "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable", cfg.Database.URL)
 		require.Equal(t, "redis://127.0.0.1:6379/0", cfg.Redis.URL)
@@ -47,7 +47,8 @@ func TestLoadConfig(t *testing.T) {
 		t.Parallel()
 		path := writeConfig(t, "feed:\n  max_len: 100\n  backfill: 7\nfanout:\n  concurrency: 3\noutbox:\n  lease: 5s\n")
 		env := []string{"NEWSFEED_FEED_MAX_LEN=200", "NEWSFEED_FANOUT_CONCURRENCY=4", "NEWSFEED_UNRELATED=1", "HOME=/root"}
-		cfg, err := LoadConfig(path, true, env, map[string]any{"fanout.concurrency": 9})
+		cfg, err := LoadConfig(ConfigSources{File: path, FileRequired: true, Environ: env,
+			Flags: []FlagValue{{Key: "fanout.concurrency", Value: 9, Flag: "--concurrency"}}})
 		require.NoError(t, err)
 		require.Equal(t, 200, cfg.Feed.MaxLen, "env beats file")
 		require.Equal(t, 7, cfg.Feed.Backfill, "file beats default")
@@ -60,7 +61,7 @@ func TestLoadConfig(t *testing.T) {
 		for _, key := range KnownKeys() {
 			require.Contains(t, envKeys, "NEWSFEED_"+upperSnake(key))
 		}
-		cfg, err := LoadConfig("", false, []string{"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=5", "NEWSFEED_AUTH_SECRET=s"}, nil)
+		cfg, err := LoadConfig(ConfigSources{Environ: []string{"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=5", "NEWSFEED_AUTH_SECRET=s"}})
 		require.NoError(t, err)
 		require.EqualValues(t, 5, cfg.Fanout.CelebrityThreshold)
 		require.Equal(t, "s", cfg.Auth.Secret)
@@ -78,7 +79,7 @@ func TestLoadConfig(t *testing.T) {
 			"queue:\n  partitions: 1025\n":                 "queue.partitions",
 			"queue:\n  partitions: 2\n  stream: \"{t}\"\n": "queue.stream",
 		} {
-			_, err := LoadConfig(writeConfig(t, body), true, nil, nil)
+			_, err := LoadConfig(ConfigSources{File: writeConfig(t, body), FileRequired: true})
 			require.ErrorContains(t, err, key, body)
 		}
 	})
@@ -86,9 +87,9 @@ func TestLoadConfig(t *testing.T) {
 	t.Run("an explicit file must exist, the default one need not", func(t *testing.T) {
 		t.Parallel()
 		missing := filepath.Join(t.TempDir(), "config.yaml")
-		_, err := LoadConfig(missing, true, nil, nil)
+		_, err := LoadConfig(ConfigSources{File: missing, FileRequired: true})
 		require.ErrorContains(t, err, missing)
-		_, err = LoadConfig(missing, false, nil, nil)
+		_, err = LoadConfig(ConfigSources{File: missing})
 		require.NoError(t, err)
 	})
 }
@@ -110,9 +111,9 @@ func upperSnake(key string) string {
 // its default value.
 func TestRepositoryConfigIsTheDefaults(t *testing.T) {
 	t.Parallel()
-	fromFile, err := LoadConfig(filepath.Join("..", "config.yaml"), true, nil, nil)
+	fromFile, err := LoadConfig(ConfigSources{File: filepath.Join("..", "config.yaml"), FileRequired: true})
 	require.NoError(t, err)
-	defaults, err := LoadConfig("", false, nil, nil)
+	defaults, err := LoadConfig(ConfigSources{})
 	require.NoError(t, err)
 	require.Equal(t, defaults, fromFile)
 	k := koanf.New(".")

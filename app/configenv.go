@@ -30,8 +30,8 @@ func workerEnv(environ []string, cfg *Config) []string {
 		set[name] = value
 	}
 	flattenConfig(reflect.ValueOf(cfg).Elem(), "", put)
-	for key, v := range benchOverrides() {
-		put(key, fmt.Sprint(v))
+	for _, f := range benchOverrides() {
+		put(f.Key, fmt.Sprint(f.Value))
 	}
 	sort.Strings(keys)
 	for _, name := range keys {

@@ -14,10 +14,10 @@ import (
 // variable of the parent's own; read back with no file, it is the same
 // configuration.
 func TestWorkerEnv(t *testing.T) {
-	cfg, err := LoadConfig("", false, []string{
+	cfg, err := LoadConfig(ConfigSources{Environ: []string{
 		"NEWSFEED_FEED_MAX_LEN=123", "NEWSFEED_OUTBOX_LEASE=7s", "NEWSFEED_OUTBOX_NOTIFY=false",
 		"NEWSFEED_METRICS_ADDR=", "NEWSFEED_AUTH_SECRET=s3cret",
-	}, benchOverrides())
+	}, Flags: benchOverrides()})
 	require.NoError(t, err)
 	cfg.Redis.Prefix = bench.Prefix
 	cfg.Fanout.CelebrityThreshold = 1 << 60
@@ -39,7 +39,7 @@ func TestWorkerEnv(t *testing.T) {
 		require.True(t, names["NEWSFEED_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))], key)
 	}
 
-	back, err := LoadConfig("", true, env, nil)
+	back, err := LoadConfig(ConfigSources{Environ: env})
 	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }

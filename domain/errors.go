@@ -18,3 +18,6 @@ var (
 // work itself: background work that meets it is tried again later without
 // counting the attempt against the event.
 var ErrUnavailable = errors.New("dependency unavailable")
+
+// ErrNotDead is what retrying an outbox event that is not dead returns.
+var ErrNotDead = errors.New("only a dead event can be retried")

@@ -2,6 +2,7 @@ package domain
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -77,4 +78,50 @@ type OutboxStats struct {
 	Dead int64 `json:"dead"`
 	// OldestPendingAge is the age of the oldest row not finished nor dead.
 	OldestPendingAge time.Duration `json:"-"`
+}
+
+// Aggregate is what an outbox event is about: a post, or a user whose
+// follows changed.
+type Aggregate struct {
+	// Type is "post" or "user".
+	Type string `json:"type"`
+	// ID is the post's or the user's id.
+	ID int64 `json:"id"`
+}
+
+func (a Aggregate) String() string { return fmt.Sprintf("%s %d", a.Type, a.ID) }
+
+// Aggregate reads from the payload what the event is about: the post of
+// post.created, post.deleted and fanout.chunk, the follower of
+// follow.created and follow.deleted (whose feed the event changes). ok is
+// false for a type or a payload it cannot read.
+func (e Event) Aggregate() (a Aggregate, ok bool) {
+	switch e.Type {
+	case PostCreated, PostDeleted, FanoutChunk:
+		var p PostPayload
+		if json.Unmarshal(e.Payload, &p) != nil || p.PostID == 0 {
+			return Aggregate{}, false
+		}
+		return Aggregate{Type: "post", ID: p.PostID}, true
+	case FollowCreated, FollowDeleted:
+		var p FollowPayload
+		if json.Unmarshal(e.Payload, &p) != nil || p.FollowerID == 0 {
+			return Aggregate{}, false
+		}
+		return Aggregate{Type: "user", ID: p.FollowerID}, true
+	}
+	return Aggregate{}, false
+}
+
+// DeadEvent is an outbox event parked as dead, as an operator inspects it
+// before retrying it.
+type DeadEvent struct {
+	// Event is the row: its Attempt counts every publication, Failures the
+	// failed ones.
+	Event
+	// LastError is why its last attempt failed.
+	LastError string
+	// DiedAt is when it was parked dead; zero for a row parked before the
+	// schema recorded it.
+	DiedAt time.Time
 }

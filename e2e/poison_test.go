@@ -52,6 +52,31 @@ func TestPoisonEvent(t *testing.T) {
 	var stats map[string]float64
 	require.NoError(t, json.Unmarshal([]byte(out), &stats), out)
 	require.Equal(t, 1.0, stats["dead"])
+	// The operator sees which event died, of what, and when.
+	out, err = c.run("outbox", "dead", "--json")
+	require.NoError(t, err)
+	var dead struct {
+		Total  int
+		Events []struct {
+			ID        int64
+			Aggregate struct {
+				Type string
+				ID   int64
+			}
+			Failures  int
+			LastError string     `json:"last_error"`
+			DiedAt    *time.Time `json:"died_at"`
+		}
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &dead), out)
+	require.Equal(t, 1, dead.Total)
+	require.Equal(t, poison, dead.Events[0].ID)
+	require.Equal(t, "post", dead.Events[0].Aggregate.Type)
+	require.EqualValues(t, missingPost, dead.Events[0].Aggregate.ID)
+	require.Equal(t, 3, dead.Events[0].Failures)
+	require.Equal(t, lastError, dead.Events[0].LastError)
+	require.NotNil(t, dead.Events[0].DiedAt)
+	require.WithinDuration(t, time.Now(), *dead.Events[0].DiedAt, time.Minute)
 
 	// Fix the cause: the post is restored. Then the operator retries.
 	_, err = c.pool.Exec(ctx, `INSERT INTO posts (id, author_id, body) VALUES ($1, $2, 'restored')`, missingPost, author)

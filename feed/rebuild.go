@@ -17,7 +17,12 @@ import (
 // never read, or without its following hash) from PostgreSQL: the newest
 // max_len posts of the people the user follows, and whom they follow.
 func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
-	return f.rebuildSet(ctx, rebuildTarget{
+	return f.rebuildSet(ctx, f.feedTarget(userID))
+}
+
+// feedTarget is userID's feed as a set to rebuild.
+func (f *Feeds) feedTarget(userID int64) rebuildTarget {
+	return rebuildTarget{
 		set:       f.keys.feedSet(userID),
 		following: f.keys.following(userID),
 		lock:      f.keys.rebuildLock(userID),
@@ -33,7 +38,37 @@ func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
 			}
 			return rebuilt{ids: ids, posts: posts, followees: followees}, err
 		},
-	})
+	}
+}
+
+// rebuildTries bounds how often Rebuild starts a rebuild that another one,
+// begun before its drop, may have held up.
+const rebuildTries = 3
+
+// Rebuild drops userID's feed and rebuilds it from PostgreSQL now, by the
+// rebuild that a read of a missing feed runs, and returns the feed as Redis
+// then holds it: the operator's repair (`newsfeed feed rebuild`) of a feed
+// found wrong, without waiting for its reader. Reads and fan-out meanwhile
+// are safe as with any rebuild: posts pushed while it reads PostgreSQL are
+// kept, and a rebuild by a reader that began before the drop gives up and
+// is waited for, then this one runs.
+func (f *Feeds) Rebuild(ctx context.Context, userID int64) (Stored, error) {
+	if err := f.Drop(ctx, userID); err != nil {
+		return Stored{}, err
+	}
+	for range rebuildTries {
+		if err := f.rebuildFeed(ctx, userID); err != nil {
+			return Stored{}, err
+		}
+		done, err := f.complete(ctx, f.feedTarget(userID))
+		if err != nil {
+			return Stored{}, err
+		}
+		if done {
+			return Inspect(ctx, f.rdb, f.cfg.Prefix, userID)
+		}
+	}
+	return Stored{}, fmt.Errorf("rebuild feed %d: other rebuilds of it kept it busy; its next read rebuilds it", userID)
 }
 
 // rebuildTimeline fills a missing timeline with the author's newest max_len

@@ -24,7 +24,7 @@
 # delay as it is, so that restarting a killed Redis node does not take the lag
 # away from a test that runs against it (a new replica starts at 0). The primary needs
 # wal_level replica (the default) and max_wal_senders > 0 (the default 10); a
-# `host replication all 127.0.0.1/32 trust` line is appended to its pg_hba.conf
+# `host replication all 127.0.0.1/32 trust` line is put first in its pg_hba.conf
 # (and the configuration reloaded, never restarted) when replication
 # connections are refused and this runs as root.
 #
@@ -361,10 +361,12 @@ check_primary() {
   replication_ok() { out=$(PGCONNECT_TIMEOUT=3 psql -X -w -At "host=127.0.0.1 port=$primary_port user=postgres dbname=postgres replication=true" -c IDENTIFY_SYSTEM 2>&1); }
   replication_ok && return 0
   hba=$(primary -c 'show hba_file')
-  if [[ $out == *"no pg_hba.conf entry"* ]] && as_root && [ -w "$hba" ]; then
-    say "allowing local replication connections: appending 'host replication all 127.0.0.1/32 trust' to $hba and reloading"
-    printf '%s\n' '# added by newsfeed scripts/cluster.sh: the local streaming replica on port 5433' \
-      'host replication all 127.0.0.1/32 trust' >>"$hba"
+  # Refused for want of a line (no entry), or by Debian's default line that
+  # asks a password (scram-sha-256): pg_hba.conf takes the first line that
+  # matches, so ours goes first.
+  if [[ $out == *"no pg_hba.conf entry"* || $out == *password* ]] && as_root && [ -w "$hba" ]; then
+    say "allowing local replication connections: putting 'host replication all 127.0.0.1/32 trust' first in $hba and reloading"
+    sed -i '1i # added by newsfeed scripts/cluster.sh: the local streaming replica on port 5433\nhost replication all 127.0.0.1/32 trust' "$hba"
     primary -c 'select pg_reload_conf()' >/dev/null
     for _ in $(seq 10); do replication_ok && return 0; sleep 0.2; done
   fi

@@ -15,11 +15,14 @@
 #
 # - $FRESH_ROOT/root/newsfeed is a clean clone of this repository's HEAD
 #   (commit first); /usr/local/go is copied in, and the module cache is filled
-#   from the host, the only network Go gets.
+#   from the host for the project's own modules.
 # - Everything runs in a network namespace of its own (ns nf-fresh): its
 #   PostgreSQL and Redis listen on its own loopback and never meet the host's
-#   on 5432 and 6379. The one way out is deb.debian.org:80 for apt, tunnelled
-#   through a unix socket (FRESH_OFFLINE=1: none at all).
+#   on 5432 and 6379. The ways out are the registries a user's machine
+#   reaches and nothing else: deb.debian.org:80 for apt, the Go module proxy
+#   and checksum database (for the tools make builds, such as golangci-lint)
+#   and the npm registry, each tunnelled through a unix socket to an address
+#   of its own on the namespace's loopback (FRESH_OFFLINE=1: none at all).
 # - /usr/sbin/policy-rc.d refuses to start services, as in Docker's Debian
 #   images: packages install a PostgreSQL cluster that is down and
 #   scripts/services.sh has to start it.
@@ -37,6 +40,8 @@ root=${FRESH_ROOT:-/work/fresh-debian}
 repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 ns=nf-fresh
 mirror=deb.debian.org
+# host:port pairs the fresh machine may reach, through the tunnel.
+tunnels=("$mirror:80" proxy.golang.org:443 sum.golang.org:443 registry.npmjs.org:443)
 hosts_mark="# fresh-machine-check tunnel"
 if [ "${1:-}" = --cmd ]; then
   [ $# = 2 ] || { echo "usage: $0 [target...] | --cmd 'shell command'" >&2; exit 2; }
@@ -61,7 +66,7 @@ in_fresh() {
       PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin:/usr/local/go/bin "$@"' _ "$root" "$@"
 }
 
-pids=()
+pids=() socks=()
 cleanup() {
   set +e
   if ip netns list | grep -qw "$ns"; then
@@ -71,10 +76,16 @@ cleanup() {
       command -v redis-cli >/dev/null && redis-cli -h 127.0.0.1 -p 6379 shutdown nosave 2>/dev/null
       true'
   fi
+  # Whatever else still runs in the fresh root (the Redis Cluster and the
+  # replica that make test started, a test's child) outlives the namespace:
+  # it goes too, so that the next check starts clean.
+  for p in /proc/[0-9]*; do
+    [ "$(readlink "$p/root" 2>/dev/null)" = "$(readlink -f "$root")" ] && kill -9 "${p#/proc/}" 2>/dev/null
+  done
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   ip netns del "$ns" 2>/dev/null
   [ -f "$root/etc/hosts" ] && sed -i "/$hosts_mark/d" "$root/etc/hosts"
-  rm -f "${sock:-}"
+  rm -f "${socks[@]}"
 }
 trap cleanup EXIT
 
@@ -98,20 +109,32 @@ say "code: $(git -C "$root/root/newsfeed" log --oneline -1)"
 # has localhost in it, which PostgreSQL's listen_addresses names.
 grep -qw localhost "$root/etc/hosts" 2>/dev/null ||
   printf '127.0.0.1\tlocalhost\n::1\t\tlocalhost ip6-localhost ip6-loopback\n' >>"$root/etc/hosts"
+# The host reaches the registries through this workplace's egress proxy,
+# whose certificate authority it trusts; the fresh machine trusts it too, as
+# a machine on such a network would (and keeps trusting it if a package
+# brings ca-certificates and rebuilds the bundle).
+mkdir -p "$root/usr/local/share/ca-certificates" "$root/etc/ssl/certs"
+cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/" 2>/dev/null || true
+cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
 printf '#!/bin/sh\n# fresh-machine-check: services are not started on installation (as in Docker images)\nexit 101\n' >"$root/usr/sbin/policy-rc.d"
 chmod 755 "$root/usr/sbin/policy-rc.d"
 
-# --- the network namespace and the tunnel to the Debian mirror --------------
+# --- the network namespace and the tunnels to the registries ---------------
 
 ip netns del "$ns" 2>/dev/null || true
 ip netns add "$ns"
 ip -n "$ns" link set lo up
 if [ "${FRESH_OFFLINE:-}" != 1 ]; then
-  sock=$(mktemp -u /tmp/fresh-machine-check.XXXXXX.sock)
-  socat "UNIX-LISTEN:$sock,fork,mode=600" "TCP:$mirror:80" & pids+=($!)
-  ip netns exec "$ns" socat TCP-LISTEN:80,bind=127.0.0.1,reuseaddr,fork "UNIX-CONNECT:$sock" & pids+=($!)
-  echo "127.0.0.1 $mirror $hosts_mark" >>"$root/etc/hosts"
-  for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  n=0
+  for t in "${tunnels[@]}"; do
+    host=${t%:*} port=${t##*:} addr=127.0.1.$((++n))
+    sock=$(mktemp -u /tmp/fresh-machine-check.XXXXXX.sock)
+    socks+=("$sock")
+    socat "UNIX-LISTEN:$sock,fork,mode=600" "TCP:$t" & pids+=($!)
+    ip netns exec "$ns" socat "TCP-LISTEN:$port,bind=$addr,reuseaddr,fork" "UNIX-CONNECT:$sock" & pids+=($!)
+    echo "$addr $host $hosts_mark" >>"$root/etc/hosts"
+    for _ in $(seq 50); do [ -S "$sock" ] && break; sleep 0.1; done
+  done
 fi
 
 if ! in_fresh sh -c 'command -v make' >/dev/null; then

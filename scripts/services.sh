@@ -4,13 +4,15 @@
 # as root (otherwise prints the exact command), starts the servers when they
 # are down, and waits for them. Quiet when all is well; safe to run again.
 #
-#   scripts/services.sh [--tests] [--cc] [--node] [--promtool] [--no-servers]
+#   scripts/services.sh [--tests] [--cc] [--browser] [--node] [--promtool] [--no-servers]
 #
 # --tests  the caller runs the tests, which read NEWSFEED_TEST_DATABASE_URL
 #          (without it: `make run` and `make bench`, which read
 #          NEWSFEED_DATABASE_URL or database.url in config.yaml)
 # --cc     a C compiler is needed too (gcc and libc6-dev: `go test -race`
 #          needs cgo); `make test` passes it, `make run` does not
+# --browser  a headless browser is needed too (Debian's chromium, which the
+#          browser tests in e2e/ drive); `make test` passes it
 # --node   Node.js and npm are needed too (`make spec-lint` runs Redocly's
 #          linter from npm): Debian's nodejs and npm
 # --promtool  promtool is needed too (`make monitoring-check` and the test
@@ -28,15 +30,16 @@
 # building an image or a chroot whose servers run later).
 set -euo pipefail
 
-need_tests=no need_cc=no need_node=no need_promtool=no servers=yes
+need_tests=no need_cc=no need_browser=no need_node=no need_promtool=no servers=yes
 for arg in "$@"; do
   case $arg in
     --tests) need_tests=yes ;;
     --cc) need_cc=yes ;;
+    --browser) need_browser=yes ;;
     --node) need_node=yes ;;
     --promtool) need_promtool=yes ;;
     --no-servers) servers=no ;;
-    *) echo "usage: $0 [--tests] [--cc] [--node] [--promtool] [--no-servers]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--tests] [--cc] [--browser] [--node] [--promtool] [--no-servers]" >&2; exit 2 ;;
   esac
 done
 
@@ -61,6 +64,16 @@ cc_works() {
   return $rc
 }
 
+# The browser tests find Chromium the same way (internal/browser): the path
+# in NEWSFEED_TEST_CHROMIUM, else chromium or chromium-browser on PATH.
+browser_installed() {
+  if [ -n "${NEWSFEED_TEST_CHROMIUM:-}" ]; then
+    [ -x "$NEWSFEED_TEST_CHROMIUM" ] || die "NEWSFEED_TEST_CHROMIUM=$NEWSFEED_TEST_CHROMIUM is not an executable file"
+    return 0
+  fi
+  command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1
+}
+
 pg_server_installed() { compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 
 missing=()
@@ -78,6 +91,7 @@ if [ "$need_cc" = yes ] && ! cc_works; then
     die "the C compiler Go uses for go test -race, $cc (go env CC), is not installed"
   missing+=(gcc libc6-dev)
 fi
+[ "$need_browser" = yes ] && ! browser_installed && missing+=(chromium)
 
 installed_pg=no
 if [ ${#missing[@]} -gt 0 ]; then
@@ -104,6 +118,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     if [ "$need_cc" = yes ] && ! cc_works; then
       die "$cc still cannot compile and link a C program; the race detector (make test) needs it"
     fi
+    if [ "$need_browser" = yes ] && ! browser_installed; then
+      die "chromium is installed but neither chromium nor chromium-browser is on PATH; set NEWSFEED_TEST_CHROMIUM to its path"
+    fi
   else
     what=
     for p in "${missing[@]}"; do
@@ -111,6 +128,7 @@ if [ ${#missing[@]} -gt 0 ]; then
         postgresql) what+=", PostgreSQL" ;;
         redis-server) what+=", Redis" ;;
         gcc) what+=", a C compiler (go test -race needs cgo)" ;;
+        chromium) what+=", Chromium (the browser tests in e2e/ drive it headless)" ;;
         nodejs) what+=", Node.js (make spec-lint)" ;;
         npm) what+=", npm (make spec-lint)" ;;
         prometheus) what+=", promtool (Debian's prometheus package; make monitoring-check)" ;;

@@ -114,6 +114,7 @@ func (db *DB) Fail(ctx context.Context, id int64, maxAttempts int, retryIn time.
 UPDATE outbox
 SET failures = failures + 1,
     status = CASE WHEN failures + 1 >= $2 THEN 'dead' ELSE 'pending' END,
+    died_at = CASE WHEN failures + 1 >= $2 THEN now() END,
     due_at = now() + $3::interval,
     ticket = NULL,
     last_error = left($4, 2000)
@@ -146,7 +147,7 @@ WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_le
 // Bury parks the row as dead at once, whatever its attempts.
 func (db *DB) Bury(ctx context.Context, id int64, cause string) error {
 	_, err := db.primary.Exec(ctx, `
-UPDATE outbox SET status = 'dead', failures = failures + 1, last_error = left($2, 2000)
+UPDATE outbox SET status = 'dead', died_at = now(), failures = failures + 1, last_error = left($2, 2000)
 WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_left IS NULL`, id, cause)
 	if err != nil {
 		return fmt.Errorf("bury outbox row %d: %w", id, err)
@@ -158,12 +159,60 @@ WHERE id = $1 AND status IN ('pending', 'publishing', 'published') AND chunks_le
 // when id is 0, else only that one. It returns how many it revived.
 func (db *DB) RetryDead(ctx context.Context, id int64) (int64, error) {
 	tag, err := db.primary.Exec(ctx, `
-UPDATE outbox SET status = 'pending', attempts = 0, failures = 0, ticket = NULL, due_at = now()
+UPDATE outbox SET status = 'pending', attempts = 0, failures = 0, ticket = NULL, due_at = now(), died_at = NULL
 WHERE status = 'dead' AND ($1::bigint = 0 OR id = $1::bigint)`, id)
 	if err != nil {
 		return 0, fmt.Errorf("retry dead outbox rows: %w", err)
 	}
 	return tag.RowsAffected(), nil
+}
+
+// RetryDeadEvent makes the dead row id pending again with fresh counts. A
+// row that is not dead is left alone: the error wraps domain.ErrNotDead and
+// says its status, or wraps domain.ErrNotFound when there is no such row
+// (finished rows are deleted after outbox.retention).
+func (db *DB) RetryDeadEvent(ctx context.Context, id int64) error {
+	n, err := db.RetryDead(ctx, id)
+	if err != nil || n == 1 {
+		return err
+	}
+	var status string
+	err = db.primary.QueryRow(ctx, `SELECT status FROM outbox WHERE id = $1`, id).Scan(&status)
+	switch {
+	case isNoRows(err):
+		return fmt.Errorf("outbox event %d: %w", id, domain.ErrNotFound)
+	case err != nil:
+		return fmt.Errorf("retry dead outbox row %d: %w", id, err)
+	}
+	return fmt.Errorf("outbox event %d is %s: %w", id, status, domain.ErrNotDead)
+}
+
+// DeadEvents returns up to limit dead outbox rows, the last to die first
+// (rows parked before died_at was recorded last), and how many are dead in
+// all.
+func (db *DB) DeadEvents(ctx context.Context, limit int) ([]domain.DeadEvent, int64, error) {
+	rows, err := db.primary.Query(ctx, `
+SELECT id, event_type, payload, attempts, failures, COALESCE(last_error, ''), created_at, died_at, count(*) OVER ()
+FROM outbox WHERE status = 'dead'
+ORDER BY died_at DESC NULLS LAST, id DESC
+LIMIT $1`, limit)
+	if err != nil {
+		return nil, 0, fmt.Errorf("list dead outbox rows: %w", err)
+	}
+	var total int64
+	events, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (domain.DeadEvent, error) {
+		var e domain.DeadEvent
+		var diedAt *time.Time
+		err := row.Scan(&e.ID, &e.Type, &e.Payload, &e.Attempt, &e.Failures, &e.LastError, &e.CreatedAt, &diedAt, &total)
+		if diedAt != nil {
+			e.DiedAt = *diedAt
+		}
+		return e, err
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("list dead outbox rows: %w", err)
+	}
+	return events, total, nil
 }
 
 // DeleteFinished deletes up to limit rows that finished more than olderThan

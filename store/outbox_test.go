@@ -513,6 +513,95 @@ func TestRetryDead(t *testing.T) {
 	})
 }
 
+// TestRetryDeadEvent: one dead event is made pending; an event that is not
+// dead, or does not exist, is left alone with an error that says which.
+func TestRetryDeadEvent(t *testing.T) {
+	t.Parallel()
+	db, bundle := setup(t)
+	ids := insertEvents(t, bundle.pool, 2)
+	requireClaim(t, db, ids...)
+	require.NoError(t, db.Bury(t.Context(), ids[0], "poison"))
+
+	require.NoError(t, db.RetryDeadEvent(t.Context(), ids[0]))
+	require.Equal(t, "pending", getOutboxRow(t, bundle.pool, ids[0]).Status)
+
+	err := db.RetryDeadEvent(t.Context(), ids[0])
+	require.ErrorIs(t, err, domain.ErrNotDead)
+	require.EqualError(t, err, fmt.Sprintf("outbox event %d is pending: only a dead event can be retried", ids[0]))
+	err = db.RetryDeadEvent(t.Context(), ids[1])
+	require.ErrorIs(t, err, domain.ErrNotDead)
+	require.ErrorContains(t, err, "is publishing")
+	require.Equal(t, "publishing", getOutboxRow(t, bundle.pool, ids[1]).Status, "left alone")
+
+	err = db.RetryDeadEvent(t.Context(), ids[1]+1000)
+	require.ErrorIs(t, err, domain.ErrNotFound)
+	require.ErrorContains(t, err, fmt.Sprint(ids[1]+1000))
+}
+
+// TestDeadEvents: the dead rows with what an operator needs to judge them —
+// type, payload, attempts, failures, last error, when they died — the last
+// to die first, and how many there are in all.
+func TestDeadEvents(t *testing.T) {
+	t.Parallel()
+	db, bundle := setup(t)
+	ctx := t.Context()
+	ids := insertEvents(t, bundle.pool, 4)
+	requireClaim(t, db, ids...)
+	dead, err := db.Fail(ctx, ids[0], 1, time.Minute, "post 1 does not exist")
+	require.NoError(t, err)
+	require.True(t, dead)
+	exec(t, bundle.pool, "UPDATE outbox SET died_at = died_at - interval '1 hour' WHERE id = $1", ids[0])
+	require.NoError(t, db.Bury(ctx, ids[1], "delivered 6 times"))
+	notDead, err := db.Fail(ctx, ids[2], 5, time.Minute, "transient")
+	require.NoError(t, err)
+	require.False(t, notDead)
+	// Parked dead by a version before died_at.
+	exec(t, bundle.pool, "UPDATE outbox SET status = 'dead', died_at = NULL, last_error = NULL WHERE id = $1", ids[3])
+
+	events, total, err := db.DeadEvents(ctx, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, total)
+	require.Equal(t, []int64{ids[1], ids[0], ids[3]}, []int64{events[0].ID, events[1].ID, events[2].ID},
+		"the last to die first, the undated last")
+
+	e := events[1]
+	require.Equal(t, domain.PostCreated, e.Type)
+	require.Equal(t, 1, e.Attempt)
+	require.Equal(t, 1, e.Failures)
+	require.Equal(t, "post 1 does not exist", e.LastError)
+	require.JSONEq(t, `{"post_id": 1, "author_id": 1}`, string(e.Payload))
+	require.WithinDuration(t, time.Now().Add(-time.Hour), e.DiedAt, time.Minute)
+	require.False(t, e.CreatedAt.IsZero())
+	a, ok := e.Aggregate()
+	require.True(t, ok)
+	require.Equal(t, domain.Aggregate{Type: "post", ID: 1}, a)
+	require.WithinDuration(t, time.Now(), events[0].DiedAt, time.Minute)
+	require.True(t, events[2].DiedAt.IsZero())
+	require.Empty(t, events[2].LastError)
+
+	events, total, err = db.DeadEvents(ctx, 1)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, total, "the total, whatever the limit")
+	require.Len(t, events, 1)
+
+	// Revived, it leaves the list and forgets when it died.
+	require.NoError(t, db.RetryDeadEvent(ctx, ids[1]))
+	events, total, err = db.DeadEvents(ctx, 10)
+	require.NoError(t, err)
+	require.EqualValues(t, 2, total)
+	require.Equal(t, ids[0], events[0].ID)
+	var diedAt *time.Time
+	require.NoError(t, bundle.pool.QueryRow(ctx, "SELECT died_at FROM outbox WHERE id = $1", ids[1]).Scan(&diedAt))
+	require.Nil(t, diedAt)
+
+	require.NoError(t, db.RetryDeadEvent(ctx, ids[0]))
+	require.NoError(t, db.RetryDeadEvent(ctx, ids[3]))
+	events, total, err = db.DeadEvents(ctx, 10)
+	require.NoError(t, err)
+	require.Zero(t, total)
+	require.Empty(t, events)
+}
+
 func TestDeleteFinished(t *testing.T) {
 	t.Parallel()
 

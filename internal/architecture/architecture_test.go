@@ -5,6 +5,7 @@
 //
 //	domain ← store, feed, queue, ratelimit, sticky (adapters)
 //	domain ← outbox, fanout, api (services; they import no adapter)
+//	web (the web app's files, importing nothing; app gives them to api)
 //	everything ← app, bench ← main
 package architecture
 
@@ -36,7 +37,9 @@ var allowed = map[string][]string{
 	"outbox":                {"domain", "internal/backoff"},
 	"fanout":                {"domain", "internal/backoff"},
 	"api":                   {"domain", "docs"},
+	"web":                   {}, // the web app's files; app hands them to api
 	"internal/testenv":      {"store"},
+	"internal/browser":      {}, // headless Chromium for tests
 	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},
 	"app":                   {"*"},
 	"":                      {"app"}, // main

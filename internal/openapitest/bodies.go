@@ -141,7 +141,8 @@ func (s *Spec) checkRequestBody(route *routers.Route, body []byte) error {
 }
 
 // decodeBody decodes a body of the given Content-Type: JSON exactly (numbers
-// as written), others with openapi3filter's decoder for the type.
+// as written), others with openapi3filter's decoder for the type, other text
+// as a string.
 func decodeBody(contentType string, header http.Header, body []byte) (any, error) {
 	base, _, _ := strings.Cut(contentType, ";")
 	base = strings.ToLower(strings.TrimSpace(base))
@@ -149,6 +150,9 @@ func decodeBody(contentType string, header http.Header, body []byte) (any, error
 		return decodeJSON(body)
 	}
 	decoder := openapi3filter.RegisteredBodyDecoder(base)
+	if decoder == nil && strings.HasPrefix(base, "text/") {
+		decoder = openapi3filter.PlainBodyDecoder // text/html, say: a string
+	}
 	if decoder == nil {
 		return nil, fmt.Errorf("no decoder for %q", base)
 	}

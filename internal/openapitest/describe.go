@@ -1,6 +1,8 @@
 package openapitest
 
 import (
+	"context"
+	"net/http"
 	"slices"
 	"strings"
 
@@ -64,4 +66,18 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// OperationFor returns the operation ("METHOD /path/{param}") a request of
+// method to path reaches, or "" when none does.
+func (s *Spec) OperationFor(method, path string) string {
+	req, err := http.NewRequestWithContext(context.Background(), method, path, nil)
+	if err != nil {
+		return ""
+	}
+	route, _, err := s.router.FindRoute(req)
+	if err != nil {
+		return ""
+	}
+	return route.Method + " " + route.Path
 }
