@@ -313,6 +313,23 @@ func (c *client) do(method, path string, body any) (int, []byte) {
 	return resp.StatusCode, out
 }
 
+// get sends GET url with the given header (name, value pairs) and returns
+// the response, its body read.
+func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, body
+}
+
 // requireDescribed fails the test when docs/openapi.yaml does not allow an
 // answer of the API (see internal/openapitest), saying what drifted.
 func requireDescribed(t *testing.T, req *http.Request, sent []byte, resp *http.Response, body []byte) {

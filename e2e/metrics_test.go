@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"bytes"
-	"io"
 	"net/http"
 	"os/exec"
 	"testing"
@@ -53,14 +52,7 @@ func TestMetricsPassPromtool(t *testing.T) {
 		{"work", work.metricsAddr},
 	} {
 		t.Run(target.name, func(t *testing.T) {
-			req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, "http://"+target.addr+"/metrics", nil)
-			require.NoError(t, err)
-			req.Header.Set("Accept", prometheusAccept)
-			resp, err := http.DefaultClient.Do(req)
-			require.NoError(t, err)
-			defer resp.Body.Close()
-			body, err := io.ReadAll(resp.Body)
-			require.NoError(t, err)
+			resp, body := get(t, "http://"+target.addr+"/metrics", "Accept", prometheusAccept)
 			require.Equal(t, http.StatusOK, resp.StatusCode)
 			require.Regexp(t, `^text/plain; version=0\.0\.4;`, resp.Header.Get("Content-Type"), "not OpenMetrics")
 			require.Contains(t, string(body), "\n# TYPE newsfeed_outbox_dead gauge\n")
