@@ -32,7 +32,7 @@ run: services build ## build and run every role in one process (development)
 
 # -race needs cgo: CGO_ENABLED=1 even when the environment turns it off, and
 # `services` then makes sure a C compiler is installed (--cc). The browser
-# tests (e2e/webapp_test.go) need Chromium: `services` installs it
+# tests (e2e/webapp_test.go, e2e/admin_test.go) need Chromium: `services` installs it
 # (--browser), and NEWSFEED_TEST_BROWSER=required makes them fail, not skip,
 # where it is missing all the same. Likewise promtool (--promtool) and
 # NEWSFEED_TEST_PROMTOOL=required for the tests that run it.

@@ -65,8 +65,12 @@ type System struct {
 	Queue   *queue.Queue
 
 	// Dev is --dev: serve also answers POST /dev/token, which signs a
-	// token for any user id (the web app's sign-in by id).
+	// token for any user id (the web app's sign-in by id), and the operator
+	// console is open without admin.token.
 	Dev bool
+	// Settings are the configuration in effect, secrets masked, with their
+	// sources (EffectiveConfig): what the operator console shows.
+	Settings []Setting
 
 	fanoutFeeds *feed.Feeds // Feeds that wait for replicas, for the workers
 
@@ -324,17 +328,29 @@ func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role
 			return err
 		}
 	}
-	return s.opsRole(ctx, g, has(RoleServe))
+	return s.opsRole(ctx, g, roles)
 }
 
 // opsRole serves /metrics, /healthz and /readyz on metrics.addr, unless it is
-// off or it is the API's address (the API then serves them).
-func (s *System) opsRole(ctx context.Context, g *errgroup.Group, serving bool) error {
+// off or it is the API's address (the API then serves them), and the
+// operator console at /admin there.
+func (s *System) opsRole(ctx context.Context, g *errgroup.Group, roles []Role) error {
 	cfg := s.Config
-	if cfg.Metrics.Addr == "" || (serving && cfg.Metrics.Addr == cfg.HTTP.Addr) {
+	if cfg.Metrics.Addr == "" {
+		s.Log.Info("operator console off: metrics.addr is empty")
 		return nil
 	}
-	return s.serveHTTP(ctx, g, "metrics", cfg.Metrics.Addr, s.opsHandler())
+	if slices.Contains(roles, RoleServe) && cfg.Metrics.Addr == cfg.HTTP.Addr {
+		// The console never answers on the public API's address.
+		s.Log.Warn("operator console off: metrics.addr is the API's address (http.addr); give it an address of its own",
+			zap.String("metrics_addr", cfg.Metrics.Addr))
+		return nil
+	}
+	handler, err := s.withConsole(ctx, g, roles, s.opsHandler())
+	if err != nil {
+		return err
+	}
+	return s.serveHTTP(ctx, g, "metrics", cfg.Metrics.Addr, handler)
 }
 
 // serveRole serves the HTTP API, with the notifier that wakes dispatchers

@@ -52,10 +52,10 @@ func NewRootCommand(assets Assets) *cobra.Command {
 	}
 
 	root.AddCommand(
-		roleCommand("serve", "Serve the HTTP API", []Role{RoleServe}, false, load, assets),
-		roleCommand("dispatch", "Publish outbox events to the queue", []Role{RoleDispatch}, false, load, assets),
-		roleCommand("work", "Fan posts out to followers' feeds", []Role{RoleWork}, false, load, assets),
-		roleCommand("all", "Apply the schema, then run every role in one process", []Role{RoleServe, RoleDispatch, RoleWork}, true, load, assets),
+		roleCommand("serve", "Serve the HTTP API", []Role{RoleServe}, false, sources, assets),
+		roleCommand("dispatch", "Publish outbox events to the queue", []Role{RoleDispatch}, false, sources, assets),
+		roleCommand("work", "Fan posts out to followers' feeds", []Role{RoleWork}, false, sources, assets),
+		roleCommand("all", "Apply the schema, then run every role in one process", []Role{RoleServe, RoleDispatch, RoleWork}, true, sources, assets),
 		migrateCommand(load, assets),
 		tokenCommand(load),
 		outboxCommand(load),
@@ -77,7 +77,7 @@ type loadFunc func(cmd *cobra.Command, flags []FlagValue) (*Config, error)
 // sourcesFunc says where cmd reads its configuration.
 type sourcesFunc func(cmd *cobra.Command, flags []FlagValue) ConfigSources
 
-func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, assets Assets) *cobra.Command {
+func roleCommand(name, short string, roles []Role, migrate bool, sources sourcesFunc, assets Assets) *cobra.Command {
 	var dev bool
 	var concurrency int
 	cmd := &cobra.Command{
@@ -92,7 +92,9 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 			if dev && os.Getenv("NEWSFEED_LOG_FORMAT") == "" {
 				flags = append(flags, FlagValue{Key: "log.format", Value: "console", Flag: "--dev"})
 			}
-			cfg, err := load(cmd, flags)
+			// The settings, masked and with their sources, are what the
+			// operator console shows.
+			cfg, settings, _, err := EffectiveConfig(sources(cmd, flags))
 			if err != nil {
 				return err
 			}
@@ -124,11 +126,15 @@ func roleCommand(name, short string, roles []Role, migrate bool, load loadFunc, 
 			}
 			defer sys.Close()
 			sys.Dev = dev
+			sys.Settings = settings
 			return sys.Run(ctx, roles, secret)
 		},
 	}
 	if migrate || roles[0] == RoleServe {
-		cmd.Flags().BoolVar(&dev, "dev", false, "development mode: console logs, and a public token secret when auth.secret is unset")
+		cmd.Flags().BoolVar(&dev, "dev", false, "development mode: console logs, a public token secret when auth.secret is unset, "+
+			"POST /dev/token, and the operator console open without admin.token")
+	} else {
+		cmd.Flags().BoolVar(&dev, "dev", false, "development mode: console logs, and the operator console open without admin.token")
 	}
 	if migrate || roles[0] == RoleWork {
 		cmd.Flags().IntVar(&concurrency, "concurrency", 64, "tickets processed at once (fanout.concurrency)")

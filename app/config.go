@@ -83,6 +83,12 @@ type Config struct {
 		// Secret is the HMAC key of the HS256 bearer tokens. No default.
 		Secret string `koanf:"secret"`
 	} `koanf:"auth"`
+	Admin struct {
+		// Token is the bearer token of the operator console at /admin on
+		// metrics.addr, at least 16 characters; empty turns the console off
+		// (--dev opens it without one). No default.
+		Token string `koanf:"token"`
+	} `koanf:"admin"`
 	RateLimit struct {
 		// PostsPerMinute is how many posts one user may create a minute,
 		// counted in Redis and so shared by every serve process; 0 turns the
@@ -181,6 +187,10 @@ type Config struct {
 // marker, which the Redis client gives its read timeout (3s) and no more.
 const maxWaitTimeout = 2 * time.Second
 
+// minAdminToken is the shortest admin.token taken: the console retries
+// dead events, so its token must not be guessable.
+const minAdminToken = 16
+
 // defaults holds every key with its default value; it is also the list of
 // known keys, used to map environment variables and reject unknown file keys.
 // Where a component owns a default (outbox.DefaultBatchSize, …) the value is
@@ -207,6 +217,7 @@ var defaults = map[string]any{
 	"metrics.addr":                 ":9090",
 	"metrics.pprof":                false,
 	"auth.secret":                  "",
+	"admin.token":                  "",
 	"posts.max_chars":              1000,
 	"feed.max_len":                 800,
 	"feed.backfill":                50,
@@ -298,6 +309,9 @@ func (c *Config) validate() []problem {
 	}
 	notNegative("ratelimit.posts_per_minute", int64(c.RateLimit.PostsPerMinute))
 	notNegative("ratelimit.follows_per_minute", int64(c.RateLimit.FollowsPerMinute))
+	if n := len(c.Admin.Token); n > 0 && n < minAdminToken {
+		bad("admin.token", "must be at least %d characters (a random string: openssl rand -hex 32), got %d", minAdminToken, n)
+	}
 	positive("posts.max_chars", int64(c.Posts.MaxChars))
 	positive("feed.max_len", int64(c.Feed.MaxLen))
 	notNegative("feed.backfill", int64(c.Feed.Backfill))

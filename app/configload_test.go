@@ -230,3 +230,17 @@ func TestConfigFieldsHaveDefaults(t *testing.T) {
 		require.True(t, ok, "defaults has %s, Config does not", key)
 	}
 }
+
+// TestAdminToken: admin.token is refused shorter than 16 characters, in a
+// message that does not show it, and taken from 16 on.
+func TestAdminToken(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, []string{"NEWSFEED_ADMIN_TOKEN: admin.token: must be at least 16 characters (a random string: openssl rand -hex 32), got 15"},
+		configProblems(t, ConfigSources{Environ: []string{"NEWSFEED_ADMIN_TOKEN=fifteen-chars-x"}}))
+	cfg, err := LoadConfig(ConfigSources{Environ: []string{"NEWSFEED_ADMIN_TOKEN=sixteen-chars-xx"}})
+	require.NoError(t, err)
+	require.Equal(t, "sixteen-chars-xx", cfg.Admin.Token)
+	cfg, err = LoadConfig(ConfigSources{})
+	require.NoError(t, err)
+	require.Empty(t, cfg.Admin.Token, "unset by default: the console is off")
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/newsfeed/newsfeed/admin"
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -123,39 +124,12 @@ func deadCommand(withStore withStoreFunc) *cobra.Command {
 	return dead
 }
 
-// deadJSON is a dead event as `outbox dead --json` prints it.
-type deadJSON struct {
-	ID        int64             `json:"id"`
-	Type      string            `json:"type"`
-	Aggregate *domain.Aggregate `json:"aggregate"` // null when the payload names none
-	Attempts  int               `json:"attempts"`
-	Failures  int               `json:"failures"`
-	LastError string            `json:"last_error"`
-	CreatedAt time.Time         `json:"created_at"`
-	DiedAt    *time.Time        `json:"died_at"` // null for rows parked before it was recorded
-	Payload   json.RawMessage   `json:"payload"`
-}
-
+// writeDeadJSON prints dead events as the operator console's API shows
+// them (admin.DeadEvents).
 func writeDeadJSON(w io.Writer, events []domain.DeadEvent, total int64) error {
-	out := struct {
-		Total  int64      `json:"total"`
-		Events []deadJSON `json:"events"`
-	}{Total: total, Events: make([]deadJSON, 0, len(events))}
-	for _, e := range events {
-		d := deadJSON{ID: e.ID, Type: e.Type, Attempts: e.Attempt, Failures: e.Failures,
-			LastError: e.LastError, CreatedAt: e.CreatedAt.UTC(), Payload: e.Payload}
-		if a, ok := e.Aggregate(); ok {
-			d.Aggregate = &a
-		}
-		if !e.DiedAt.IsZero() {
-			died := e.DiedAt.UTC()
-			d.DiedAt = &died
-		}
-		out.Events = append(out.Events, d)
-	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	return enc.Encode(admin.NewDeadEvents(events, total))
 }
 
 // maxErrorWidth bounds the last error in the table; --json has it whole.

@@ -5,6 +5,8 @@
 //
 //	domain ← store, feed, queue, ratelimit, sticky (adapters)
 //	domain ← outbox, fanout, api (services; they import no adapter)
+//	domain ← admin (the operator console; it reads the store and the queue
+//	through interfaces of its own, as the services do)
 //	web (the web app's files, importing nothing; app gives them to api)
 //	everything ← app, bench ← main
 package architecture
@@ -37,7 +39,8 @@ var allowed = map[string][]string{
 	"outbox":                {"domain", "internal/backoff"},
 	"fanout":                {"domain", "internal/backoff"},
 	"api":                   {"domain", "docs"},
-	"web":                   {}, // the web app's files; app hands them to api
+	"admin":                 {"domain"}, // the operator console; app hands it the store and the queue
+	"web":                   {},         // the web app's files; app hands them to api
 	"internal/testenv":      {"store"},
 	"internal/browser":      {}, // headless Chromium for tests
 	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},
