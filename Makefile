@@ -7,16 +7,25 @@ BIN := bin/newsfeed
 # golangci-lint, pinned, built from the Go module proxy (no prebuilt download)
 # once per version into a cache outside the checkout.
 GOLANGCI_LINT_VERSION := v2.15.0
-TOOLS := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/newsfeed-tools/$(GOLANGCI_LINT_VERSION)
+TOOLS_CACHE := $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/newsfeed-tools
+TOOLS := $(TOOLS_CACHE)/$(GOLANGCI_LINT_VERSION)
 GOLANGCI_LINT := $(TOOLS)/golangci-lint
+
+# Redocly CLI, pinned, installed with npm once per version into the same
+# cache. 1.34.20: the 2.x line needs Node >= 20.19 and npm >= 10, and
+# Debian 12's nodejs is 18; 1.34.21 does not install (its @redocly/respect-core
+# was never published).
+REDOCLY_VERSION := 1.34.20
+REDOCLY_DIR := $(TOOLS_CACHE)/redocly-$(REDOCLY_VERSION)
+REDOCLY := $(REDOCLY_DIR)/node_modules/.bin/redocly
 
 # How long `make test` fuzzes each target; `make fuzz` runs longer.
 FUZZ_TIME_CI := 10s
 
-.PHONY: help run test test-short model fuzz build image services lint bench bench-cluster clean
+.PHONY: help run test test-short model fuzz build image services lint spec-lint monitoring-check bench bench-cluster clean
 
 help: ## list the targets
-	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-13s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 run: services build ## build and run every role in one process (development)
 	$(BIN) all --dev
@@ -25,14 +34,16 @@ run: services build ## build and run every role in one process (development)
 # `services` then makes sure a C compiler is installed (--cc). The browser
 # tests (e2e/webapp_test.go, e2e/admin_test.go) need Chromium: `services` installs it
 # (--browser), and NEWSFEED_TEST_BROWSER=required makes them fail, not skip,
-# where it is missing all the same.
+# where it is missing all the same. Likewise promtool (--promtool) and
+# NEWSFEED_TEST_PROMTOOL=required for the tests that run it.
 # The cluster pass runs with the replica lagging on purpose (APPLY_DELAY) and
 # every process's database.read_url on it: the guarantees hold with the lag,
 # and the read-your-writes tests, which skip without a replica, run.
-test: SERVICES_FLAGS = --tests --cc --browser
+test: SERVICES_FLAGS = --tests --cc --browser --node --promtool
 test: export NEWSFEED_TEST_BROWSER = required
+test: export NEWSFEED_TEST_PROMTOOL = required
 test: APPLY_DELAY = 2s
-test: services lint cluster-up ## everything CI runs: lint, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
+test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
 	@# The cluster and the replica are shared: once more, after the minutes above,
@@ -86,7 +97,7 @@ endif
 	DOCKER_BUILDKIT=1 $(CONTAINER_ENGINE) build --build-arg BINARY_FROM=$(IMAGE_FROM) --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 	@echo "built $(IMAGE): $(CONTAINER_ENGINE) run --rm $(IMAGE) version"
 
-services: ## start (or install) PostgreSQL and Redis (and, for make test, a C compiler)
+services: ## start (or install) PostgreSQL and Redis (and, for make test, a C compiler, Chromium, Node.js with npm, and promtool)
 	@scripts/services.sh $(SERVICES_FLAGS)
 
 # A Redis Cluster on 127.0.0.1:7000-7005 and a PostgreSQL replica on 5433
@@ -106,6 +117,28 @@ $(GOLANGCI_LINT):
 
 lint: $(GOLANGCI_LINT) ## golangci-lint (.golangci.yml: errcheck, staticcheck, revive, gosec, bodyclose, noctx, …) and gofmt
 	$(GOLANGCI_LINT) run ./...
+
+$(REDOCLY):
+	@scripts/services.sh --no-servers --node
+	@echo "spec-lint: installing @redocly/cli $(REDOCLY_VERSION) with npm (once)"
+	rm -rf $(REDOCLY_DIR)
+	npm install --prefix $(REDOCLY_DIR) --no-audit --no-fund --loglevel=error @redocly/cli@$(REDOCLY_VERSION)
+
+# No telemetry, no update check: a lint reads the file and nothing else.
+spec-lint: $(REDOCLY) ## lint docs/openapi.yaml with Redocly (its rules: redocly.yaml)
+	@scripts/services.sh --no-servers --node
+	REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true $(REDOCLY) lint docs/openapi.yaml
+
+# The alert rules and their unit tests (promtool, from Debian's prometheus
+# package). `make test` also runs, with go test, deploy/monitoring_test.go
+# (the Grafana dashboard against Grafana's schema, its queries through
+# promtool, every alert's runbook and tests) and the e2e test
+# TestMetricsPassPromtool (`promtool check metrics` on each role's /metrics).
+monitoring-check: ## check the Prometheus configuration and alert rules and run the rules' unit tests (deploy/prometheus)
+	@scripts/services.sh --no-servers --promtool
+	promtool check config deploy/prometheus/prometheus.yml
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
 
 clean: ## remove bin/ and build/
 	rm -rf bin build

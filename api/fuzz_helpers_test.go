@@ -3,7 +3,7 @@ package api
 // Helpers of the fuzz targets in fuzz_test.go: a server on a real database
 // and Redis prefix built once per target, requests that reach the API the
 // way net/http's server hands them over, the contract's checks of every
-// answer, a snapshot of everything a request may write, and reference
+// answer (docs/openapi.yaml's among them), a snapshot of everything a request may write, and reference
 // oracles written from the contract (docs/openapi.yaml), not from the code.
 
 import (
@@ -31,6 +31,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/openapitest"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -45,6 +46,7 @@ var fuzzSecret = []byte("test-secret")
 // two snapshots is what the request in between wrote.
 type fuzzEnv struct {
 	e      *echo.Echo
+	spec   *openapitest.Spec // every answer is checked against docs/openapi.yaml
 	pool   *pgxpool.Pool
 	writes *fuzzRedisWrites
 	tokens map[int64]string
@@ -60,7 +62,11 @@ func newFuzzEnv(tb testing.TB) *fuzzEnv {
 	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
 	// Defaults everywhere else: no rate limits, no PostgreSQL fallback.
 	e := New(db, db, feeds, Config{Secret: fuzzSecret})
-	return &fuzzEnv{e: e, pool: pool, writes: writes, tokens: map[int64]string{}}
+	spec, err := openapitest.Load()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &fuzzEnv{e: e, spec: spec, pool: pool, writes: writes, tokens: map[int64]string{}}
 }
 
 // token returns a valid bearer token for userID (one per user, for a day).
@@ -150,7 +156,11 @@ func (env *fuzzEnv) serve(tb testing.TB, r fuzzRequest) (res fuzzResponse, hr *h
 	hr = hr.WithContext(ctx)
 	rec := httptest.NewRecorder()
 	env.e.ServeHTTP(rec, hr)
-	return fuzzResponse{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}, hr, true
+	res = fuzzResponse{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	if err := env.spec.Check(openapitest.Exchange{Request: hr, RequestBody: r.body, Status: res.status, Header: res.header, Body: res.body}); err != nil {
+		tb.Fatalf("%v", err)
+	}
+	return res, hr, true
 }
 
 // fuzzValidHeaderValue is httpguts.ValidHeaderFieldValue: no control

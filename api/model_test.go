@@ -564,8 +564,10 @@ func (m *pipeline) call(t tb, as int64, method, path string, body ...string) *ht
 		m.tokens[as] = tok
 	}
 	var req *http.Request
+	var sent []byte
 	if len(body) > 0 {
-		req = httptest.NewRequest(method, path, bytes.NewReader([]byte(body[0])))
+		sent = []byte(body[0])
+		req = httptest.NewRequest(method, path, bytes.NewReader(sent))
 		req.Header.Set("Content-Type", "application/json")
 	} else {
 		req = httptest.NewRequest(method, path, nil)
@@ -573,6 +575,9 @@ func (m *pipeline) call(t tb, as int64, method, path string, body ...string) *ht
 	req.Header.Set("Authorization", "Bearer "+tok)
 	rec := httptest.NewRecorder()
 	m.e.ServeHTTP(rec, req)
+	if err := checkSpec(req, sent, response{status: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}); err != nil {
+		t.Fatalf("%v", err)
+	}
 	return rec
 }
 

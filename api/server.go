@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
 )
 
@@ -178,6 +179,9 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 		e.GET(opsHealth, ops)
 		e.GET(opsReady, ops)
 	}
+	// The API's own description, open like /healthz: the file its tests
+	// hold every answer to.
+	e.GET("/openapi.yaml", serveOpenAPI)
 
 	// Authentication is per route, not on the group: a group middleware makes
 	// echo add catch-all routes that would answer 404 for a wrong method.
@@ -196,6 +200,11 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
 	s.mountApp(e)
 	return e
+}
+
+// serveOpenAPI answers docs/openapi.yaml, as YAML (RFC 9512).
+func serveOpenAPI(c echo.Context) error {
+	return c.Blob(http.StatusOK, "application/yaml", docs.OpenAPI)
 }
 
 // listings reads the listings from where posts and graph read them.

@@ -68,13 +68,20 @@ func TestDevTokenRefusesWhatIsNotAUserID(t *testing.T) {
 }
 
 // fakeApp answers every path it serves with the path, to show that it,
-// not the API, answered.
+// not the API, answered; with the headers docs/openapi.yaml describes for
+// the app's answers, which every answer is checked against.
 type fakeApp struct{ paths []string }
 
 func (a fakeApp) Paths() []string { return a.paths }
 
 func (a fakeApp) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain")
+	contentType := "text/plain"
+	if r.URL.Path == "/" {
+		contentType = "text/html"
+	}
+	w.Header().Set("Content-Type", contentType)
+	w.Header().Set("ETag", `"fake"`)
+	w.Header().Set("Cache-Control", "no-cache")
 	_, _ = w.Write([]byte("app:" + r.URL.Path))
 }
 

@@ -289,7 +289,12 @@ func (s *System) Ready(ctx context.Context) error {
 // opsHandler serves /metrics, /healthz, /readyz and, when enabled, pprof.
 func (s *System) opsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
+	// The Prometheus text format only, whatever the scraper prefers:
+	// OpenMetrics names a counter's family without _total, so the counter
+	// newsfeed_outbox_dead_total and the gauge newsfeed_outbox_dead (both in
+	// the contract) would be one family twice there (README, Metrics and
+	// health; e2e TestMetricsPassPromtool).
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: false}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
 	})

@@ -32,6 +32,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/openapitest"
 	"github.com/newsfeed/newsfeed/internal/probe"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -296,13 +297,13 @@ func (p *proc) client(userID int64) *client {
 
 func (c *client) do(method, path string, body any) (int, []byte) {
 	c.t.Helper()
-	var r io.Reader
+	var sent []byte
 	if body != nil {
-		b, err := json.Marshal(body)
+		var err error
+		sent, err = json.Marshal(body)
 		require.NoError(c.t, err)
-		r = bytes.NewReader(b)
 	}
-	req, err := http.NewRequest(method, c.base+path, r)
+	req, err := http.NewRequest(method, c.base+path, bytes.NewReader(sent))
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
@@ -311,7 +312,36 @@ func (c *client) do(method, path string, body any) (int, []byte) {
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(c.t, err)
+	requireDescribed(c.t, req, sent, resp, out)
 	return resp.StatusCode, out
+}
+
+// get sends GET url with the given header (name, value pairs) and returns
+// the response, its body read.
+func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
+	require.NoError(t, err)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp, body
+}
+
+// requireDescribed fails the test when docs/openapi.yaml does not allow an
+// answer of the API (see internal/openapitest), saying what drifted.
+func requireDescribed(t *testing.T, req *http.Request, sent []byte, resp *http.Response, body []byte) {
+	t.Helper()
+	spec, err := openapitest.Load()
+	require.NoError(t, err)
+	require.NoError(t, spec.Check(openapitest.Exchange{
+		Request: req, RequestBody: sent, Status: resp.StatusCode, Header: resp.Header, Body: body,
+	}))
 }
 
 type post struct {

@@ -52,6 +52,7 @@ func rawDo(t *testing.T, p *proc, as int64, method, path, body string) (int, htt
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	requireDescribed(t, req, []byte(body), resp, out)
 	return resp.StatusCode, resp.Header, string(out)
 }
 
@@ -103,14 +104,9 @@ func TestSlowClientIsCutOff(t *testing.T) {
 		t.Fatal("the trickle went on after the server hung up")
 	}
 
-	big := strings.Repeat("a", 16<<10)
-	req, err := http.NewRequest("GET", "http://"+serve.httpAddr+"/healthz", nil)
-	require.NoError(t, err)
-	req.Header.Set("X-Big", big)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
+	resp, out := get(t, "http://"+serve.httpAddr+"/healthz", "X-Big", strings.Repeat("a", 16<<10))
 	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+	requireDescribed(t, resp.Request, nil, resp, out)
 }
 
 // A Redis that accepts connections and never answers (paused, partitioned)

@@ -4,7 +4,7 @@
 # as root (otherwise prints the exact command), starts the servers when they
 # are down, and waits for them. Quiet when all is well; safe to run again.
 #
-#   scripts/services.sh [--tests] [--cc] [--browser]
+#   scripts/services.sh [--tests] [--cc] [--browser] [--node] [--promtool] [--no-servers]
 #
 # --tests  the caller runs the tests, which read NEWSFEED_TEST_DATABASE_URL
 #          (without it: `make run` and `make bench`, which read
@@ -13,6 +13,13 @@
 #          needs cgo); `make test` passes it, `make run` does not
 # --browser  a headless browser is needed too (Debian's chromium, which the
 #          browser tests in e2e/ drive); `make test` passes it
+# --node   Node.js and npm are needed too (`make spec-lint` runs Redocly's
+#          linter from npm): Debian's nodejs and npm
+# --promtool  promtool is needed too (`make monitoring-check` and the test
+#          that lints /metrics): Debian's prometheus package, installed for
+#          its tools alone, its server neither started nor enabled
+# --no-servers  install what the other flags name and stop: no PostgreSQL,
+#          no Redis (`make spec-lint` and `make monitoring-check` alone)
 #
 # PostgreSQL is the Debian/Ubuntu cluster that pg_lsclusters lists (one on
 # port 5432 first, else the newest version's "main"); with no cluster at all,
@@ -23,13 +30,16 @@
 # building an image or a chroot whose servers run later).
 set -euo pipefail
 
-need_tests=no need_cc=no need_browser=no
+need_tests=no need_cc=no need_browser=no need_node=no need_promtool=no servers=yes
 for arg in "$@"; do
   case $arg in
     --tests) need_tests=yes ;;
     --cc) need_cc=yes ;;
     --browser) need_browser=yes ;;
-    *) echo "usage: $0 [--tests] [--cc] [--browser]" >&2; exit 2 ;;
+    --node) need_node=yes ;;
+    --promtool) need_promtool=yes ;;
+    --no-servers) servers=no ;;
+    *) echo "usage: $0 [--tests] [--cc] [--browser] [--node] [--promtool] [--no-servers]" >&2; exit 2 ;;
   esac
 done
 
@@ -67,8 +77,15 @@ browser_installed() {
 pg_server_installed() { compgen -G '/usr/lib/postgresql/*/bin/postgres' >/dev/null; }
 
 missing=()
-{ command -v pg_ctlcluster >/dev/null 2>&1 && pg_server_installed; } || missing+=(postgresql)
-{ command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; } || missing+=(redis-server)
+if [ "$servers" = yes ]; then
+  { command -v pg_ctlcluster >/dev/null 2>&1 && pg_server_installed; } || missing+=(postgresql)
+  { command -v redis-server >/dev/null 2>&1 && command -v redis-cli >/dev/null 2>&1; } || missing+=(redis-server)
+fi
+if [ "$need_node" = yes ]; then
+  command -v node >/dev/null 2>&1 || missing+=(nodejs)
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
+fi
+[ "$need_promtool" = yes ] && ! command -v promtool >/dev/null 2>&1 && missing+=(prometheus)
 if [ "$need_cc" = yes ] && ! cc_works; then
   [ "$cc" = gcc ] || command -v "$cc" >/dev/null 2>&1 ||
     die "the C compiler Go uses for go test -race, $cc (go env CC), is not installed"
@@ -81,7 +98,22 @@ if [ ${#missing[@]} -gt 0 ]; then
   if as_root && command -v apt-get >/dev/null 2>&1; then
     say "installing ${missing[*]} with apt-get"
     apt-get update -q
+    # prometheus comes for promtool alone: its server must not start (it
+    # would take :9090, metrics.addr's default). Where nothing says so yet,
+    # policy-rc.d refuses every service start during the installation, as
+    # in Docker's Debian images; the unit is disabled after it.
+    policy=/usr/sbin/policy-rc.d own_policy=no
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\n# added by newsfeed scripts/services.sh while it installs packages\nexit 101\n' >"$policy"
+      chmod 755 "$policy"
+      own_policy=yes
+      trap 'rm -f "$policy"' EXIT
+    fi
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "${missing[@]}"
+    if [ "$own_policy" = yes ]; then rm -f "$policy"; trap - EXIT; fi
+    if [[ " ${missing[*]} " == *" prometheus "* ]] && command -v systemctl >/dev/null 2>&1; then
+      systemctl disable prometheus >/dev/null 2>&1 || true
+    fi
     [[ " ${missing[*]} " == *" postgresql "* ]] && installed_pg=yes
     if [ "$need_cc" = yes ] && ! cc_works; then
       die "$cc still cannot compile and link a C program; the race detector (make test) needs it"
@@ -97,6 +129,9 @@ if [ ${#missing[@]} -gt 0 ]; then
         redis-server) what+=", Redis" ;;
         gcc) what+=", a C compiler (go test -race needs cgo)" ;;
         chromium) what+=", Chromium (the browser tests in e2e/ drive it headless)" ;;
+        nodejs) what+=", Node.js (make spec-lint)" ;;
+        npm) what+=", npm (make spec-lint)" ;;
+        prometheus) what+=", promtool (Debian's prometheus package; make monitoring-check)" ;;
       esac
     done
     echo "services: missing ${what#, }; install with:" >&2
@@ -145,6 +180,8 @@ pick_cluster() {
     fi
   fi
 }
+
+[ "$servers" = yes ] || exit 0
 
 hba_changed=no pg_cluster=
 [ "$installed_pg" = yes ] && pick_cluster

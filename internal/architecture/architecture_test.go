@@ -27,6 +27,7 @@ const module = "github.com/newsfeed/newsfeed"
 // where a new package sits before it is used.
 var allowed = map[string][]string{
 	"domain":                {},
+	"docs":                  {},
 	"internal/backoff":      {},
 	"internal/probe":        {},
 	"internal/replicas":     {"domain"},
@@ -40,7 +41,7 @@ var allowed = map[string][]string{
 	"queue":                 {"domain", "internal/replicas"},
 	"outbox":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
 	"fanout":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
-	"api":                   {"domain", "internal/health", "internal/logctx"},
+	"api":                   {"domain", "docs", "internal/health", "internal/logctx"},
 	"admin":                 {"domain"}, // the operator console; app hands it the store and the queue
 	"web":                   {},         // the web app's files; app hands them to api
 	"internal/testenv":      {"store"},
@@ -49,7 +50,9 @@ var allowed = map[string][]string{
 	"app":                   {"*"},
 	"":                      {"app"}, // main
 	"e2e":                   {},      // tests only
+	"deploy":                {},      // tests only: the dashboard and alerts
 	"internal/architecture": {},
+	"internal/openapitest":  {"docs"}, // tests' check of the API against docs/openapi.yaml
 }
 
 func TestImportsPointOneWay(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -49,6 +50,23 @@ func RedisURL() string {
 		return u
 	}
 	return "redis://127.0.0.1:6379/0"
+}
+
+// Promtool returns the path of promtool (Debian's prometheus package, which
+// `scripts/services.sh --promtool` installs, as `make test` does). Without it
+// the test is skipped and says so, unless NEWSFEED_TEST_PROMTOOL=required
+// (`make test` sets it, so that CI fails rather than pass without it).
+func Promtool(t testing.TB) string {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		const why = "promtool is not installed (scripts/services.sh --promtool installs it)"
+		if os.Getenv("NEWSFEED_TEST_PROMTOOL") == "required" {
+			t.Fatal(why + ", and NEWSFEED_TEST_PROMTOOL=required")
+		}
+		t.Skip(why)
+	}
+	return path
 }
 
 // Schema returns schema.sql from the repository root.
