@@ -151,7 +151,20 @@ func TestAccessLog(t *testing.T) {
 
 	t.Run("OperationsRoutesAtDebug", func(t *testing.T) {
 		t.Parallel()
-		ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) })
+		// Answers as the real operations handler does, which the spec checks.
+		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Path {
+			case "/metrics":
+				w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+				_, _ = w.Write([]byte("# HELP up Up.\n# TYPE up gauge\nup 1\n"))
+			case "/readyz":
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"status":"ready"}`))
+			default:
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write([]byte(`{"status":"ok"}`))
+			}
+		})
 		b, logs := observed(t, api.Config{Ops: ok})
 		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/feed"} {
 			require.Equal(t, http.StatusOK, b.get(t, 1, path).status, path)
