@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -107,6 +108,29 @@ type Config struct {
 	// the create transaction, whose trace context the post's outbox row
 	// keeps. nil: no tracing, at no cost.
 	TracerProvider trace.TracerProvider
+	// Live, when set, serves GET /v1/feed/stream: the caller's home feed as
+	// Server-Sent Events. nil: no live streams, the route answers 503.
+	Live Live
+	// Changes tells the caller's open streams, in any process, of the
+	// follows and unfollows made here (live.Publisher). nil: nobody.
+	Changes FollowChanges
+	// StreamHeartbeat is how often an idle stream sends a comment line
+	// (stream.heartbeat). Defaults to DefaultStreamHeartbeat (15s).
+	StreamHeartbeat time.Duration
+	// StreamMaxDuration is how long a stream stays open before the server
+	// ends it, so that clients reconnect through load balancers
+	// (stream.max_duration). Defaults to DefaultStreamMaxDuration (1h).
+	StreamMaxDuration time.Duration
+	// StreamCatchUp is how often a stream reads the top of its feed for
+	// what the live channel may have lost. Defaults to
+	// DefaultStreamCatchUp (1m).
+	StreamCatchUp time.Duration
+}
+
+// FollowChanges is told of a follow or an unfollow once the feed has it.
+type FollowChanges interface {
+	Followed(ctx context.Context, follower, followee int64)
+	Unfollowed(ctx context.Context, follower, followee int64)
 }
 
 // Outages tells whether a known outage of a dependency explains an error
@@ -155,6 +179,15 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	if cfg.FallbackConcurrency <= 0 {
 		cfg.FallbackConcurrency = 16
 	}
+	if cfg.StreamHeartbeat <= 0 {
+		cfg.StreamHeartbeat = DefaultStreamHeartbeat
+	}
+	if cfg.StreamMaxDuration <= 0 {
+		cfg.StreamMaxDuration = DefaultStreamMaxDuration
+	}
+	if cfg.StreamCatchUp <= 0 {
+		cfg.StreamCatchUp = DefaultStreamCatchUp
+	}
 	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
 	s.tracing = cfg.TracerProvider != nil
 	if !s.tracing {
@@ -198,6 +231,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
+	e.GET("/v1/feed/stream", s.feedStream, streamAuth(cfg.Secret), strictQuery)
 	s.mountApp(e)
 	return e
 }
@@ -314,6 +348,8 @@ func (s *Server) follow(c echo.Context) error {
 		// follow.created event does the same if this fails.
 		if _, err := s.feeds.Followed(ctx, me, followee); err != nil {
 			s.degraded(c, "cannot backfill feed yet; its event will", err, zap.Int64("followee_id", followee))
+		} else if s.cfg.Changes != nil {
+			s.cfg.Changes.Followed(ctx, me, followee)
 		}
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -344,7 +380,11 @@ func (s *Server) unfollow(c echo.Context) error {
 		if derr := s.feeds.Drop(ctx, me); derr != nil {
 			s.degraded(c, "cannot clean the feed after an unfollow while Redis is down; its event will",
 				derr, zap.Int64("followee_id", followee))
+			return c.NoContent(http.StatusNoContent)
 		}
+	}
+	if s.cfg.Changes != nil {
+		s.cfg.Changes.Unfollowed(ctx, me, followee)
 	}
 	return c.NoContent(http.StatusNoContent)
 }

@@ -32,6 +32,7 @@ import (
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/internal/health"
+	"github.com/newsfeed/newsfeed/live"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 	"github.com/newsfeed/newsfeed/ratelimit"
@@ -78,6 +79,11 @@ type System struct {
 	Settings []Setting
 
 	fanoutFeeds *feed.Feeds // Feeds that wait for replicas, for the workers
+	// live tells the processes that hold live streams what changed in
+	// their readers' feeds; one per process, for the API and the workers.
+	live *live.Publisher
+	// hub holds the live streams of a process that serves the API.
+	hub *live.Hub
 
 	// health watches PostgreSQL and Redis: /readyz asks it, and it logs
 	// each outage once, for every role.
@@ -383,6 +389,14 @@ func (s *System) drain(runCtx context.Context, servesAPI bool) {
 // that /healthz answering means every listener of the process is bound.
 func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte) error {
 	has := func(r Role) bool { return slices.Contains(roles, r) }
+	if has(RoleServe) || has(RoleWork) {
+		if s.live == nil { // once per System: its metrics are registered once
+			s.live = live.NewPublisher(s.Redis, live.PublisherConfig{
+				Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Registerer: s.registry,
+			})
+		}
+		g.Go(func() error { return s.live.Run(ctx) })
+	}
 	if has(RoleServe) {
 		if err := s.serveRole(ctx, g, secret); err != nil {
 			return err
@@ -443,6 +457,25 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 			Primary:     store.New(s.Primary, nil),
 		}
 	}
+	// Live streams: this process's hub holds them and hears from every
+	// worker what changed in their readers' feeds.
+	if s.hub == nil { // once per System: its metrics are registered once
+		hub, err := live.NewHub(s.Redis, live.HubConfig{
+			Prefix:         cfg.Redis.Prefix,
+			MaxPerUser:     cfg.Stream.MaxPerUser,
+			MaxConnections: cfg.Stream.MaxConnections,
+			Posts:          s.Feeds,
+			Follows:        s.Feeds,
+			Logger:         s.Log.Named("live"),
+			Registerer:     s.registry,
+		})
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		s.hub = hub
+	}
+	hub := s.hub
+	g.Go(func() error { return hub.Run(ctx) })
 	e := api.New(s.Store, s.Store, s.Feeds, api.Config{
 		Secret:            secret,
 		MaxChars:          cfg.Posts.MaxChars,
@@ -462,6 +495,11 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		AccessLogLevel:   accessLevel(cfg.Log.AccessLevel),
 		Outages:          s.health,
 		TracerProvider:   s.tracerProvider,
+
+		Live:              hub,
+		Changes:           s.live,
+		StreamHeartbeat:   cfg.Stream.Heartbeat,
+		StreamMaxDuration: cfg.Stream.MaxDuration,
 
 		// The web app at /; with --dev it offers to sign in by user id.
 		App:       web.New(web.Config{Dev: s.Dev}),
@@ -530,6 +568,7 @@ func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
 		Logger:          s.Log.Named("work"),
 		Outages:         s.health,
 		TracerProvider:  s.tracerProvider,
+		Live:            s.live,
 	})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)

@@ -7,8 +7,10 @@ import (
 	"strings"
 	"time"
 
+	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/live"
 	"github.com/newsfeed/newsfeed/outbox"
 	"github.com/newsfeed/newsfeed/queue"
 )
@@ -194,6 +196,21 @@ type Config struct {
 		// context) keeps its own decision. Defaults to 1.
 		SampleRatio float64 `koanf:"sample_ratio"`
 	} `koanf:"tracing"`
+	Stream struct {
+		// Heartbeat is how often an idle live stream sends a comment line,
+		// so that proxies keep it open. Defaults to 15s.
+		Heartbeat time.Duration `koanf:"heartbeat"`
+		// MaxDuration is how long a live stream stays open before the
+		// server ends it; clients reconnect (through the load balancer) and
+		// resume. Defaults to 1h.
+		MaxDuration time.Duration `koanf:"max_duration"`
+		// MaxPerUser is live streams one user may have open, in every
+		// serve process together; more answer 429. Defaults to 5.
+		MaxPerUser int `koanf:"max_per_user"`
+		// MaxConnections is live streams one process holds; more answer
+		// 503. Defaults to 10000.
+		MaxConnections int `koanf:"max_connections"`
+	} `koanf:"stream"`
 	// ShutdownDrain is how long a process that serves the API keeps
 	// answering after SIGTERM, with /readyz answering 503, so that load
 	// balancers move traffic away before it stops accepting; 0 stops at
@@ -265,6 +282,10 @@ var defaults = map[string]any{
 	"log.level":                    "info",
 	"log.format":                   "json",
 	"log.access_level":             "info",
+	"stream.heartbeat":             api.DefaultStreamHeartbeat.String(),
+	"stream.max_duration":          api.DefaultStreamMaxDuration.String(),
+	"stream.max_per_user":          live.DefaultMaxPerUser,
+	"stream.max_connections":       live.DefaultMaxConnections,
 	"tracing.endpoint":             "",
 	"tracing.sample_ratio":         1.0,
 	"shutdown_drain":               "5s",
@@ -390,6 +411,10 @@ func (c *Config) validate() []problem {
 	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 || math.IsNaN(c.Tracing.SampleRatio) {
 		bad("tracing.sample_ratio", "must be from 0 to 1, got %v", c.Tracing.SampleRatio)
 	}
+	positiveDur("stream.heartbeat", c.Stream.Heartbeat)
+	positiveDur("stream.max_duration", c.Stream.MaxDuration)
+	positive("stream.max_per_user", int64(c.Stream.MaxPerUser))
+	positive("stream.max_connections", int64(c.Stream.MaxConnections))
 	if c.ShutdownDrain < 0 {
 		bad("shutdown_drain", "must not be negative (0 stops at once), got %s", c.ShutdownDrain)
 	}

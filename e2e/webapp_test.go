@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -324,7 +323,6 @@ func TestWebAppLiveFeed(t *testing.T) {
 	b := browser.Start(t)
 	c := newCluster(t, withEnv("NEWSFEED_FEED_MAX_LEN="+strconv.Itoa(webMaxLen)))
 	p := c.start("all", "--dev")
-	requireStream(t, p)
 	const john, alan = int64(1001), int64(1002)
 
 	johnAPI := p.client(john)
@@ -373,27 +371,4 @@ func TestWebAppLiveFeed(t *testing.T) {
 
 	alanPage.RequireNoExceptions()
 	johnPage.RequireNoExceptions()
-}
-
-// requireStream skips the test when p does not serve GET /v1/feed/stream.
-// The stream is being built beside the web app (issue 13); this test is
-// written against its contract and waits for it.
-// TODO(issue 13): remove once the stream is merged, so that a build that
-// lost it fails.
-func requireStream(t *testing.T, p *proc) {
-	t.Helper()
-	token, err := api.IssueToken([]byte(secret), 1, time.Hour)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+p.httpAddr+"/v1/feed/stream?access_token="+token, nil)
-	require.NoError(t, err)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(t, err)
-	resp.Body.Close()
-	if resp.StatusCode == http.StatusNotFound {
-		t.Skip("waiting for GET /v1/feed/stream (issue 13, being built in another branch): this build answers 404")
-	}
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Equal(t, "text/event-stream", strings.Split(resp.Header.Get("Content-Type"), ";")[0])
 }

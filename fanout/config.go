@@ -1,6 +1,7 @@
 package fanout
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -84,7 +85,37 @@ type Config struct {
 	// trace context the ticket carries (the dispatcher's publish), and each
 	// page of followers it writes. Defaults to none (the no-op provider).
 	TracerProvider trace.TracerProvider
+	// Live tells the readers who watch their feed (GET /v1/feed/stream)
+	// what the worker changed in it. Defaults to nobody (no live streams).
+	Live Live
 }
+
+// Live is told what changed in which feeds, after it was written, for the
+// readers connected to a live stream (live.Publisher). It never fails a
+// fan-out: what it does not bring, the streams find in the feeds.
+type Live interface {
+	// Pushed: post by author is in the feeds of followers now.
+	Pushed(ctx context.Context, postID, authorID int64, followers []int64)
+	// Removed: post left the feeds of readers.
+	Removed(ctx context.Context, postID int64, readers []int64)
+	// Pulled and Unpulled: a celebrity's post was added to, or deleted
+	// from, their timeline.
+	Pulled(ctx context.Context, postID, authorID int64)
+	Unpulled(ctx context.Context, postID, authorID int64)
+	// Followed and Unfollowed: follower's feed took in, or lost, followee's posts.
+	Followed(ctx context.Context, follower, followee int64)
+	Unfollowed(ctx context.Context, follower, followee int64)
+}
+
+// noLive is the Live of a deployment without streams.
+type noLive struct{}
+
+func (noLive) Pushed(context.Context, int64, int64, []int64) {}
+func (noLive) Removed(context.Context, int64, []int64)       {}
+func (noLive) Pulled(context.Context, int64, int64)          {}
+func (noLive) Unpulled(context.Context, int64, int64)        {}
+func (noLive) Followed(context.Context, int64, int64)        {}
+func (noLive) Unfollowed(context.Context, int64, int64)      {}
 
 // validate refuses the values out of range, naming each field. Zero is in
 // range: it means the default.
@@ -135,6 +166,9 @@ func (c *Config) setDefaults() {
 	if c.Consumer == "" {
 		host, _ := os.Hostname()
 		c.Consumer = fmt.Sprintf("%s-%d-%d", host, os.Getpid(), time.Now().UnixNano()%1e6)
+	}
+	if c.Live == nil {
+		c.Live = noLive{}
 	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()

@@ -28,8 +28,12 @@ func (w *Worker) applyFollowState(ctx context.Context, p domain.FollowPayload) e
 			if err != nil {
 				return err
 			}
-		} else if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
-			return err
+			w.cfg.Live.Followed(ctx, p.FollowerID, p.FolloweeID)
+		} else {
+			if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
+				return err
+			}
+			w.cfg.Live.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
 		}
 		now, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
 		if err != nil || now == following {

@@ -41,7 +41,11 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 				return outcomeDone, err
 			}
 		}
-		return outcomeDone, w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID)
+		if err := w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+			return outcomeDone, err
+		}
+		w.cfg.Live.Pulled(ctx, p.PostID, p.AuthorID)
+		return outcomeDone, nil
 	}
 	if pulled || !first {
 		if err := w.graph.MarkPostPushed(ctx, p.PostID); err != nil {
@@ -101,6 +105,9 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64)
 	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
 		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf)
 		w.metrics.entries.Add(float64(added))
+		if err == nil {
+			w.cfg.Live.Pushed(ctx, postID, authorID, followers)
+		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
 			span.SetAttributes(attribute.Int("newsfeed.page.entries", added))
 		}
@@ -115,13 +122,18 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
 		return err
 	}
+	w.cfg.Live.Unpulled(ctx, p.PostID, p.AuthorID)
 	// A celebrity's post went to the timeline only: no follower's feed
 	// has it, and a ZREM to each of millions of feeds would find nothing.
 	if only, err := w.graph.PostPulledOnly(ctx, p.PostID); err != nil || only {
 		return err
 	}
 	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(ctx context.Context, followers []int64) error {
-		return w.feeds.Remove(ctx, followers, []int64{p.PostID})
+		if err := w.feeds.Remove(ctx, followers, []int64{p.PostID}); err != nil {
+			return err
+		}
+		w.cfg.Live.Removed(ctx, p.PostID, followers)
+		return nil
 	})
 }
 

@@ -35,6 +35,7 @@ var allowed = map[string][]string{
 	"internal/health":       {},
 	"internal/logctx":       {},
 	"ratelimit":             {},
+	"live":                  {"domain", "internal/backoff"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
 	"feed":                  {"domain", "internal/logctx", "internal/replicas"},

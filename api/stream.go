@@ -1,0 +1,376 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// GET /v1/feed/stream: the caller's home feed as Server-Sent Events.
+//
+// The stream is a view of the feed, and the feed is its truth: it starts
+// from the feed (resuming after Last-Event-ID, or from its newest post), then
+// takes what the live channel brings, and reads the top of the feed again
+// whenever something may have been missed — shortly after it connects
+// (workers learn of a new reader a moment later), after the channel was
+// interrupted, and every StreamCatchUp. What it sends it remembers, so that
+// nothing is sent twice.
+
+// Live opens live subscriptions (live.Hub).
+type Live interface {
+	Subscribe(ctx context.Context, userID int64) (domain.LiveSubscription, error)
+}
+
+// The defaults of the stream's settings in Config.
+const (
+	DefaultStreamHeartbeat   = 15 * time.Second
+	DefaultStreamMaxDuration = time.Hour
+	// DefaultStreamCatchUp is how often a stream reads the top of its feed
+	// for what the live channel may have lost.
+	DefaultStreamCatchUp = time.Minute
+)
+
+// Bounds of a stream's work.
+const (
+	// streamWriteTimeout: a client that takes longer to take one event is
+	// gone.
+	streamWriteTimeout = 10 * time.Second
+	// catchUpPage and catchUpMax: a catch-up reads the feed's top in pages,
+	// and sends at most catchUpMax posts (a resume after a long absence
+	// sends the newest of what was missed).
+	catchUpPage = 100
+	catchUpMax  = 1000
+	// unfollowRemovals bounds the removes sent after an unfollow: the
+	// followee's newest posts, as many as a feed holds in Redis.
+	unfollowRemovals = 1000
+	// sentMemory bounds what a stream remembers having sent; past it the
+	// oldest are forgotten and catch-ups look no lower.
+	sentMemory = 4096
+	// streamRetry is the reconnection delay the stream asks of EventSource.
+	streamRetry = 2 * time.Second
+	// streamRetryAfter is the Retry-After of a refused stream, in seconds.
+	streamRetryAfter = 10
+)
+
+// settleAfter: reads of the feed shortly after a stream starts, for a post
+// fanned out by a worker that did not know of the reader yet.
+var settleAfter = []time.Duration{time.Second, 5 * time.Second}
+
+// streamAuth authenticates the stream: the Authorization header, or the
+// access_token query parameter that browsers' EventSource must use (it
+// cannot set headers). Only this route takes a token in the query string.
+func streamAuth(secret []byte) echo.MiddlewareFunc {
+	bearer := authenticate(secret)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		checked := bearer(next)
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.Header.Get(echo.HeaderAuthorization) == "" {
+				q := r.URL.Query()
+				if tokens := q["access_token"]; len(tokens) > 1 {
+					return invalidArgument("access_token is given more than once")
+				} else if len(tokens) == 1 {
+					r.Header.Set(echo.HeaderAuthorization, "Bearer "+tokens[0])
+				}
+			}
+			return checked(c)
+		}
+	}
+}
+
+// resumePoint is the post a stream resumes after: the Last-Event-ID header
+// (what EventSource sends when it reconnects by itself) or else the
+// last_event_id query parameter; 0 when neither is given.
+func resumePoint(c echo.Context) (int64, error) {
+	v := c.Request().Header.Get("Last-Event-ID")
+	name := "Last-Event-ID"
+	if v == "" {
+		q := c.Request().URL.Query()["last_event_id"]
+		if len(q) > 1 {
+			return 0, invalidArgument("last_event_id is given more than once")
+		}
+		if len(q) == 1 {
+			v, name = q[0], "last_event_id"
+		}
+	}
+	if v == "" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+	if err != nil || id < 0 {
+		return 0, invalidArgument(name + " must be a post id (a whole number, 0 or more)")
+	}
+	return id, nil
+}
+
+func (s *Server) feedStream(c echo.Context) error {
+	resume, err := resumePoint(c)
+	if err != nil {
+		return err
+	}
+	ctx, me := c.Request().Context(), userID(c)
+	if s.cfg.Live == nil {
+		return newError(http.StatusServiceUnavailable, "unavailable", "live streams are off in this process")
+	}
+	sub, err := s.cfg.Live.Subscribe(ctx, me)
+	switch {
+	case errors.Is(err, domain.ErrTooManyStreams):
+		c.Response().Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return newError(http.StatusTooManyRequests, "rate_limited",
+			fmt.Sprintf("you have as many live streams open as you may (stream.max_per_user); close one, or try again in %d s", streamRetryAfter))
+	case errors.Is(err, domain.ErrStreamsFull):
+		c.Response().Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
+		return newError(http.StatusServiceUnavailable, "unavailable", "this server holds as many live streams as it may; try again later")
+	case err != nil:
+		return err
+	}
+	defer sub.Close()
+
+	st := &stream{s: s, c: c, me: me, floor: resume, high: resume, sent: make(map[int64]bool), removed: make(map[int64]bool)}
+	if resume == 0 {
+		// Before the answer begins: what lands once the client sees it
+		// open is above the start.
+		st.startAtNewest(ctx)
+	}
+	st.rc = http.NewResponseController(c.Response())
+	// A stream is one long response: the server's read timeout, meant for
+	// requests, would end it.
+	_ = st.rc.SetReadDeadline(time.Time{})
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, "text/event-stream")
+	h.Set(echo.HeaderCacheControl, "no-cache")
+	h.Set("X-Accel-Buffering", "no") // proxies such as nginx: do not buffer
+	c.Response().WriteHeader(http.StatusOK)
+	if err := st.write(fmt.Sprintf("retry: %d\n\n", streamRetry.Milliseconds())); err != nil {
+		return nil
+	}
+	if resume > 0 {
+		if err := st.catchUp(ctx); err != nil {
+			return nil
+		}
+	}
+	return st.run(ctx, sub)
+}
+
+// stream is one open stream's state.
+type stream struct {
+	s  *Server
+	c  echo.Context
+	rc *http.ResponseController
+	me int64
+	// floor: the client has (or does not want) every post at or below it;
+	// high: the newest post sent, the id EventSource resumes from.
+	floor, high int64
+	sent        map[int64]bool
+	removed     map[int64]bool
+}
+
+func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
+	cfg := st.s.cfg
+	heartbeat := time.NewTicker(cfg.StreamHeartbeat)
+	defer heartbeat.Stop()
+	catchUp := time.NewTicker(cfg.StreamCatchUp)
+	defer catchUp.Stop()
+	end := time.NewTimer(cfg.StreamMaxDuration)
+	defer end.Stop()
+	settle := make(chan struct{}, len(settleAfter))
+	for _, d := range settleAfter {
+		t := time.AfterFunc(d, func() { settle <- struct{}{} })
+		defer t.Stop()
+	}
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sub.Gone():
+			return nil // dropped: slow, or the server is stopping; the client resumes
+		case <-end.C:
+			return nil // stream.max_duration: reconnect through the balancer
+		case <-heartbeat.C:
+			err = st.write(": keep-alive\n\n")
+		case <-settle:
+			err = st.catchUp(ctx)
+		case <-catchUp.C:
+			err = st.catchUp(ctx)
+		case ev := <-sub.Events():
+			err = st.handle(ctx, ev)
+		}
+		if err != nil {
+			return nil // the client is gone; nothing to answer
+		}
+	}
+}
+
+func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
+	switch ev.Kind {
+	case domain.LivePost:
+		return st.sendPosts([]domain.Post{ev.Post})
+	case domain.LiveRemove:
+		return st.sendRemoves([]int64{ev.PostID})
+	case domain.LiveUnfollowed:
+		posts, err := st.s.posts.AuthorPosts(ctx, ev.AuthorID, 0, unfollowRemovals)
+		if err != nil {
+			st.s.log.Debug("stream cannot list an unfollowed author's posts", zap.Error(err))
+			return nil
+		}
+		// Only what the client may hold: a post newer than any sent never
+		// reached it.
+		ids := make([]int64, 0, len(posts))
+		for _, p := range posts {
+			if p.ID <= st.high {
+				ids = append(ids, p.ID)
+			}
+		}
+		return st.sendRemoves(ids)
+	case domain.LiveCatchUp:
+		return st.catchUp(ctx)
+	}
+	return nil
+}
+
+// startAtNewest starts a stream without a resume point at the feed's newest
+// post: the client has just read the feed, or wants what comes from now.
+func (st *stream) startAtNewest(ctx context.Context) {
+	p, err := st.s.feeds.Read(ctx, st.me, 0, catchUpPage)
+	if err != nil {
+		st.s.log.Debug("stream cannot read its feed", zap.Error(err))
+		return // floor 0: the next catch-up sends the feed's top
+	}
+	if len(p.Posts) > 0 {
+		st.floor, st.high = p.Posts[0].ID, p.Posts[0].ID
+	}
+	st.known(p.Posts)
+}
+
+// catchUp sends what the feed holds above the floor that was not sent,
+// oldest first: the resume after Last-Event-ID, and every later check.
+func (st *stream) catchUp(ctx context.Context) error {
+	var missed []domain.Post
+	read := 0
+	for before := int64(0); read < catchUpMax; {
+		p, err := st.s.feeds.Read(ctx, st.me, before, catchUpPage)
+		if err != nil {
+			st.s.log.Debug("stream cannot read its feed", zap.Error(err))
+			break // the next check tries again
+		}
+		done := false
+		for i, post := range p.Posts {
+			if post.ID <= st.floor {
+				st.known(p.Posts[i:])
+				done = true
+				break
+			}
+			read++
+			if !st.sent[post.ID] && !st.removed[post.ID] {
+				missed = append(missed, post)
+			}
+		}
+		if done || p.Next == 0 || len(p.Posts) == 0 {
+			break
+		}
+		before = p.Next
+	}
+	slices.Reverse(missed)
+	return st.sendPosts(missed)
+}
+
+// known records posts at or below the floor that the feed held when the
+// stream read it: the client has them. Their announcement may still come
+// (the fan-out announces a page just after writing it), and must not send
+// them; a post that lands below the floor later is not among them, and is
+// sent.
+func (st *stream) known(posts []domain.Post) {
+	for _, p := range posts {
+		if p.ID <= st.floor {
+			st.remember(p.ID)
+		}
+	}
+}
+
+// sendPosts writes posts not sent yet. A post newer than every post sent
+// carries its id, from which EventSource resumes; one that arrived after a
+// newer one (fan-outs finish in any order) carries none, so that the
+// resume point never moves back and a reconnection repeats nothing.
+func (st *stream) sendPosts(posts []domain.Post) error {
+	var b strings.Builder
+	for _, p := range posts {
+		if st.sent[p.ID] || st.removed[p.ID] {
+			continue
+		}
+		data, err := p.MarshalJSON()
+		if err != nil {
+			continue
+		}
+		b.WriteString("event: post\n")
+		if p.ID > st.high {
+			st.high = p.ID
+			fmt.Fprintf(&b, "id: %d\n", p.ID)
+		}
+		b.WriteString("data: ")
+		b.Write(data)
+		b.WriteString("\n\n")
+		st.remember(p.ID)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return st.write(b.String())
+}
+
+func (st *stream) sendRemoves(ids []int64) error {
+	var b strings.Builder
+	for _, id := range ids {
+		if st.removed[id] {
+			continue
+		}
+		fmt.Fprintf(&b, "event: remove\ndata: {\"id\":%d}\n\n", id)
+		delete(st.sent, id)
+		st.removed[id] = true
+	}
+	if len(st.removed) > sentMemory {
+		clear(st.removed) // a remove sent twice does no harm; a post after it is re-checked by the feed
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	return st.write(b.String())
+}
+
+// remember records a sent post; past sentMemory, the oldest half is
+// forgotten and the floor rises above it.
+func (st *stream) remember(id int64) {
+	st.sent[id] = true
+	if len(st.sent) <= sentMemory {
+		return
+	}
+	ids := make([]int64, 0, len(st.sent))
+	for id := range st.sent {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids[:len(ids)/2] {
+		delete(st.sent, id)
+	}
+	st.floor = max(st.floor, ids[len(ids)/2-1])
+}
+
+// write sends text and flushes it, within streamWriteTimeout.
+func (st *stream) write(text string) error {
+	_ = st.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
+	if _, err := io.WriteString(st.c.Response(), text); err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}

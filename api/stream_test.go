@@ -1,0 +1,464 @@
+package api_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/fanout"
+	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/live"
+	"github.com/newsfeed/newsfeed/outbox"
+	"github.com/newsfeed/newsfeed/queue"
+	"github.com/newsfeed/newsfeed/store"
+)
+
+// The live stream, GET /v1/feed/stream, over the whole product: API
+// servers with their hubs, the dispatcher, the queue and a worker that tells
+// the hubs what it wrote, on the real PostgreSQL and Redis.
+
+// liveOpts shapes a liveSystem.
+type liveOpts struct {
+	servers            int // API servers, each with a hub of its own; default 1
+	maxPerUser         int
+	maxConnections     int
+	buffer             int
+	celebrityThreshold int64
+	// smallBuffers gives the servers' connections tiny socket buffers, so
+	// that a client that does not read blocks the server's writes at once.
+	smallBuffers bool
+}
+
+type liveSystem struct {
+	rdb     redis.UniversalClient
+	servers []*httptest.Server
+	regs    []*prometheus.Registry
+}
+
+func startLive(t *testing.T, opts liveOpts) *liveSystem {
+	t.Helper()
+	ctx, stop := context.WithCancel(context.Background())
+	var stopped []chan struct{}
+	run := func(f func(context.Context) error) {
+		done := make(chan struct{})
+		stopped = append(stopped, done)
+		go func() { _ = f(ctx); close(done) }()
+	}
+	t.Cleanup(func() {
+		stop()
+		for _, done := range stopped {
+			<-done
+		}
+	})
+	pool := testenv.NewPool(t)
+	db := store.New(pool, nil)
+	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
+	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50, Cluster: cluster, CelebrityThreshold: opts.celebrityThreshold})
+	q := queue.New(rdb, prefix+"tickets", "fanout")
+	require.NoError(t, q.EnsureGroup(ctx))
+	disp, err := outbox.NewDispatcher(db, q, outbox.Config{PollInterval: 10 * time.Millisecond})
+	require.NoError(t, err)
+	run(disp.Run)
+	pub := live.NewPublisher(rdb, live.PublisherConfig{Prefix: prefix})
+	run(pub.Run)
+	w, err := fanout.New(db, feeds, db, quickQueue{q}, fanout.Config{Concurrency: 4, ShutdownTimeout: 5 * time.Second, Live: pub})
+	require.NoError(t, err)
+	run(w.Run)
+	sys := &liveSystem{rdb: rdb}
+	for range max(opts.servers, 1) {
+		reg := prometheus.NewRegistry()
+		hub, err := live.NewHub(rdb, live.HubConfig{
+			Prefix: prefix, MaxPerUser: opts.maxPerUser, MaxConnections: opts.maxConnections, Buffer: opts.buffer,
+			Posts: feeds, Follows: feeds, Registerer: reg,
+		})
+		require.NoError(t, err)
+		run(hub.Run)
+		e := api.New(db, db, feeds, api.Config{Secret: testSecret, Live: hub, Changes: pub, StreamCatchUp: time.Hour})
+		srv := httptest.NewUnstartedServer(e)
+		if opts.smallBuffers {
+			srv.Listener = smallBufferListener{srv.Listener}
+		}
+		srv.Start()
+		t.Cleanup(func() { srv.CloseClientConnections(); srv.Close() })
+		sys.servers = append(sys.servers, srv)
+		sys.regs = append(sys.regs, reg)
+	}
+	return sys
+}
+
+// smallBufferListener gives each connection 4 KiB socket buffers.
+type smallBufferListener struct{ net.Listener }
+
+func (l smallBufferListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetWriteBuffer(4096)
+		_ = tc.SetReadBuffer(4096)
+	}
+	return c, err
+}
+
+// call makes a request of server i as user as, and returns the status.
+func (s *liveSystem) call(t *testing.T, i int, as int64, method, path, body string) int {
+	t.Helper()
+	tok, err := api.IssueToken(testSecret, as, time.Hour)
+	require.NoError(t, err)
+	hr, err := http.NewRequestWithContext(context.Background(), method, s.servers[i].URL+path, strings.NewReader(body))
+	require.NoError(t, err)
+	hr.Header.Set("Authorization", "Bearer "+tok)
+	if body != "" {
+		hr.Header.Set("Content-Type", "application/json")
+	}
+	res, err := http.DefaultClient.Do(hr)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	return res.StatusCode
+}
+
+// waitFeed waits until reader's feed begins with ids.
+func (s *liveSystem) waitFeed(t *testing.T, reader int64, ids ...int64) {
+	t.Helper()
+	tok, err := api.IssueToken(testSecret, reader, time.Hour)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		hr, err := http.NewRequestWithContext(context.Background(), http.MethodGet, s.servers[0].URL+"/v1/feed", nil)
+		require.NoError(t, err)
+		hr.Header.Set("Authorization", "Bearer "+tok)
+		res, err := http.DefaultClient.Do(hr)
+		require.NoError(t, err)
+		defer res.Body.Close()
+		var p apiPage[apiPost]
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&p))
+		return len(p.Items) >= len(ids) && slices.Equal(postIDs(p.Items[:len(ids)]), ids)
+	}, 15*time.Second, 10*time.Millisecond, "reader %d's feed to begin with %v", reader, ids)
+}
+
+func (s *liveSystem) follow(t *testing.T, follower, followee int64) {
+	t.Helper()
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, follower, http.MethodPut, "/v1/following/"+strconv.FormatInt(followee, 10), ""))
+}
+
+// post creates a post on server 0 and returns its id.
+func (s *liveSystem) post(t *testing.T, author int64, body string) int64 {
+	t.Helper()
+	tok, err := api.IssueToken(testSecret, author, time.Hour)
+	require.NoError(t, err)
+	b, _ := json.Marshal(map[string]string{"body": body})
+	hr, err := http.NewRequestWithContext(context.Background(), http.MethodPost, s.servers[0].URL+"/v1/posts", strings.NewReader(string(b)))
+	require.NoError(t, err)
+	hr.Header.Set("Authorization", "Bearer "+tok)
+	hr.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(hr)
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusCreated, res.StatusCode)
+	var p apiPost
+	require.NoError(t, json.NewDecoder(res.Body).Decode(&p))
+	return p.ID
+}
+
+// sseEvent is one event of a stream.
+type sseEvent struct {
+	event, id, data string
+	hasID           bool
+}
+
+// sseStream reads a stream's events as they come.
+type sseStream struct {
+	res    *http.Response
+	events chan sseEvent
+	cancel context.CancelFunc
+}
+
+// openStream asks server i for as's stream; header, if set, is added (and
+// Authorization replaced by access_token in the query when query is set).
+func (s *liveSystem) openStream(t *testing.T, i int, as int64, query string, header map[string]string) (*sseStream, int, string) {
+	t.Helper()
+	tok, err := api.IssueToken(testSecret, as, time.Hour)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	url := s.servers[i].URL + "/v1/feed/stream"
+	if query != "" {
+		url += "?" + strings.ReplaceAll(query, "TOKEN", tok)
+	}
+	hr, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if !strings.Contains(query, "access_token") {
+		hr.Header.Set("Authorization", "Bearer "+tok)
+	}
+	for k, v := range header {
+		hr.Header.Set(k, v)
+	}
+	res, err := (&http.Client{Transport: &http.Transport{DisableKeepAlives: true}}).Do(hr)
+	require.NoError(t, err)
+	if res.StatusCode != http.StatusOK {
+		defer cancel()
+		defer res.Body.Close()
+		var b strings.Builder
+		_, _ = bufio.NewReader(res.Body).WriteTo(&b)
+		return nil, res.StatusCode, b.String()
+	}
+	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
+	st := &sseStream{res: res, events: make(chan sseEvent, 1000), cancel: cancel}
+	go st.read()
+	t.Cleanup(st.close)
+	return st, res.StatusCode, ""
+}
+
+func (st *sseStream) read() {
+	defer close(st.events)
+	sc := bufio.NewScanner(st.res.Body)
+	var ev sseEvent
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case line == "":
+			if ev.event != "" || ev.data != "" {
+				st.events <- ev
+			}
+			ev = sseEvent{}
+		case strings.HasPrefix(line, ":"), strings.HasPrefix(line, "retry:"):
+		case strings.HasPrefix(line, "event: "):
+			ev.event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "id: "):
+			ev.id, ev.hasID = strings.TrimPrefix(line, "id: "), true
+		case strings.HasPrefix(line, "data: "):
+			ev.data = strings.TrimPrefix(line, "data: ")
+		}
+	}
+}
+
+func (st *sseStream) close() {
+	st.cancel()
+	_ = st.res.Body.Close()
+}
+
+// next waits for the stream's next event.
+func (st *sseStream) next(t *testing.T) sseEvent {
+	t.Helper()
+	select {
+	case ev, ok := <-st.events:
+		require.True(t, ok, "the stream ended")
+		return ev
+	case <-time.After(15 * time.Second):
+		t.Fatal("no event came")
+		return sseEvent{}
+	}
+}
+
+// nextPost waits for a post event and returns its post id, checking that
+// the event's id is the post's.
+func (st *sseStream) nextPost(t *testing.T) int64 {
+	t.Helper()
+	ev := st.next(t)
+	require.Equal(t, "post", ev.event, "event %+v", ev)
+	var p apiPost
+	require.NoError(t, json.Unmarshal([]byte(ev.data), &p))
+	require.NotEmpty(t, p.Body)
+	if ev.hasID {
+		require.Equal(t, strconv.FormatInt(p.ID, 10), ev.id)
+	}
+	return p.ID
+}
+
+// nextRemove waits for a remove event and returns its post id.
+func (st *sseStream) nextRemove(t *testing.T) int64 {
+	t.Helper()
+	ev := st.next(t)
+	require.Equal(t, "remove", ev.event, "event %+v", ev)
+	var r struct {
+		ID int64 `json:"id"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(ev.data), &r))
+	return r.ID
+}
+
+// quiet checks that nothing comes for d.
+func (st *sseStream) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	select {
+	case ev, ok := <-st.events:
+		if ok {
+			t.Fatalf("unexpected event %+v", ev)
+		}
+	case <-time.After(d):
+	}
+}
+
+// A post pushed into the reader's feed, and a celebrity's post merged into
+// it at read time, both arrive as events, each once, with its id.
+func TestStreamBringsPushedAndCelebrityPosts(t *testing.T) {
+	t.Parallel()
+	const reader, friend, star, fan = 1, 2, 3, 4
+	s := startLive(t, liveOpts{celebrityThreshold: 1})
+	s.follow(t, reader, friend)
+	s.follow(t, reader, star)
+	s.follow(t, fan, star) // two followers: the star is pulled at read time
+	st, _, _ := s.openStream(t, 0, reader, "", nil)
+
+	pushed := s.post(t, friend, "from a friend")
+	require.Equal(t, pushed, st.nextPost(t))
+	pulled := s.post(t, star, "from a star")
+	require.Equal(t, pulled, st.nextPost(t))
+	s.post(t, fan, "from someone the reader does not follow")
+	again := s.post(t, friend, "again")
+	require.Equal(t, again, st.nextPost(t), "nothing between: not the post of a stranger, no repeat")
+	st.quiet(t, 6*time.Second) // past the stream's catch-up reads: nothing twice
+}
+
+// A deleted post and an unfollowed author's posts are removed.
+func TestStreamRemovesDeletedAndUnfollowed(t *testing.T) {
+	t.Parallel()
+	const reader, a, b = 1, 2, 3
+	s := startLive(t, liveOpts{})
+	s.follow(t, reader, a)
+	s.follow(t, reader, b)
+	st, _, _ := s.openStream(t, 0, reader, "", nil)
+	pa := s.post(t, a, "a's post")
+	require.Equal(t, pa, st.nextPost(t))
+	pb := s.post(t, b, "b's post")
+	require.Equal(t, pb, st.nextPost(t))
+
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, b, http.MethodDelete, "/v1/posts/"+strconv.FormatInt(pb, 10), ""))
+	require.Equal(t, pb, st.nextRemove(t))
+
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, reader, http.MethodDelete, "/v1/following/"+strconv.FormatInt(a, 10), ""))
+	require.Equal(t, pa, st.nextRemove(t))
+	s.post(t, a, "after the unfollow")
+	st.quiet(t, 2*time.Second)
+}
+
+// A stream resumed with Last-Event-ID (the header, or the query parameter
+// EventSource's first connection uses) sends what was posted while it was
+// away, in order, then live posts: no gap, no repeat.
+func TestStreamResumesAfterLastEventID(t *testing.T) {
+	t.Parallel()
+	const reader, author = 1, 2
+	s := startLive(t, liveOpts{})
+	s.follow(t, reader, author)
+	first, _, _ := s.openStream(t, 0, reader, "", nil)
+	p1 := s.post(t, author, "one")
+	require.Equal(t, p1, first.nextPost(t))
+	first.close()
+
+	p2 := s.post(t, author, "two, while away")
+	p3 := s.post(t, author, "three, while away")
+	s.waitFeed(t, reader, p3, p2, p1) // both fanned out (in any order) before the resume
+	for name, open := range map[string]func() *sseStream{
+		"header": func() *sseStream {
+			st, _, _ := s.openStream(t, 0, reader, "", map[string]string{"Last-Event-ID": strconv.FormatInt(p1, 10)})
+			return st
+		},
+		"query": func() *sseStream {
+			st, _, _ := s.openStream(t, 0, reader, "access_token=TOKEN&last_event_id="+strconv.FormatInt(p1, 10), nil)
+			return st
+		},
+	} {
+		st := open()
+		require.Equal(t, p2, st.nextPost(t), name)
+		require.Equal(t, p3, st.nextPost(t), name)
+		st.close()
+	}
+	st, _, _ := s.openStream(t, 0, reader, "", map[string]string{"Last-Event-ID": strconv.FormatInt(p3, 10)})
+	p4 := s.post(t, author, "four, live")
+	require.Equal(t, p4, st.nextPost(t), "live after the resume, nothing again")
+	st.quiet(t, 6*time.Second)
+}
+
+// A reader connected to one serve process gets the events of posts and
+// follows made through another.
+func TestStreamAcrossServeProcesses(t *testing.T) {
+	t.Parallel()
+	const reader, author = 1, 2
+	s := startLive(t, liveOpts{servers: 2})
+	s.follow(t, reader, author) // through server 0
+	st, _, _ := s.openStream(t, 1, reader, "", nil)
+	p := s.post(t, author, "posted through the other process")
+	require.Equal(t, p, st.nextPost(t))
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, reader, http.MethodDelete, "/v1/following/"+strconv.FormatInt(author, 10), ""))
+	require.Equal(t, p, st.nextRemove(t))
+}
+
+// The limits: streams per user across processes (429 with Retry-After),
+// per process (503), each with the error body; another user is served.
+func TestStreamLimits(t *testing.T) {
+	t.Parallel()
+	s := startLive(t, liveOpts{servers: 2, maxPerUser: 2, maxConnections: 3})
+	s.openStream(t, 0, 1, "", nil)
+	s.openStream(t, 1, 1, "", nil)
+	_, status, body := s.openStream(t, 0, 1, "", nil)
+	require.Equal(t, http.StatusTooManyRequests, status, "a third stream of the user, in either process")
+	require.Contains(t, body, `"code":"rate_limited"`)
+	s.openStream(t, 0, 2, "", nil) // another user is served
+	s.openStream(t, 0, 3, "", nil)
+	_, status, body = s.openStream(t, 0, 4, "", nil)
+	require.Equal(t, http.StatusServiceUnavailable, status, "a fourth stream in a process that holds three")
+	require.Contains(t, body, `"code":"unavailable"`)
+
+	_, status, _ = s.openStream(t, 0, 1, "access_token=TOKEN&last_event_id=x", nil)
+	require.Equal(t, http.StatusBadRequest, status, "a resume point that is no post id")
+	_, status, _ = s.openStream(t, 0, 1, "access_token=nonsense", nil)
+	require.Equal(t, http.StatusUnauthorized, status)
+}
+
+// A client that stops reading is dropped once it falls behind, while
+// another reader of the same posts gets every one.
+func TestStreamDropsASlowReader(t *testing.T) {
+	t.Parallel()
+	const slow, quick, author = 1, 2, 3
+	s := startLive(t, liveOpts{buffer: 32, smallBuffers: true})
+	s.follow(t, slow, author)
+	s.follow(t, quick, author)
+	s.stalledStream(t, 0, slow)
+	quickStream, _, _ := s.openStream(t, 0, quick, "", nil)
+
+	body := strings.Repeat("x", 900)
+	var posted []int64
+	for i := range 150 { // past what the sockets and the buffer hold
+		posted = append(posted, s.post(t, author, fmt.Sprintf("%d %s", i, body)))
+	}
+	got := map[int64]bool{} // fan-outs finish in any order
+	for range posted {
+		id := quickStream.nextPost(t)
+		require.False(t, got[id], "post %d twice", id)
+		got[id] = true
+	}
+	for _, id := range posted {
+		require.True(t, got[id], "post %d missing", id)
+	}
+	require.Eventually(t, func() bool { return counterValue(t, s.regs[0], "newsfeed_stream_dropped_total", "slow") >= 1 },
+		30*time.Second, 50*time.Millisecond, "the reader who does not read is dropped")
+}
+
+// stalledStream opens as's stream on server i over a connection with a
+// tiny receive buffer, reads its status line, and then reads nothing more.
+func (s *liveSystem) stalledStream(t *testing.T, i int, as int64) {
+	t.Helper()
+	tok, err := api.IssueToken(testSecret, as, time.Hour)
+	require.NoError(t, err)
+	var d net.Dialer
+	c, err := d.DialContext(context.Background(), "tcp", strings.TrimPrefix(s.servers[i].URL, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	_ = c.(*net.TCPConn).SetReadBuffer(4096)
+	_, err = fmt.Fprintf(c, "GET /v1/feed/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", tok)
+	require.NoError(t, err)
+	line, err := bufio.NewReaderSize(c, 16).ReadString('\n')
+	require.NoError(t, err)
+	require.Contains(t, line, "200")
+}

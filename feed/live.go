@@ -1,0 +1,49 @@
+package feed
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// What the live streams (package live) ask of the feeds.
+
+// Posts returns the live posts among ids, in their order, from the post
+// cache (PostgreSQL for what it misses): how a stream shows a post that a
+// fan-out just announced.
+func (f *Feeds) Posts(ctx context.Context, ids []int64) ([]domain.Post, error) {
+	return f.hydrate(ctx, ids)
+}
+
+// Following reports, for each reader, whether they follow author now, as
+// their following hash says (the one the push script checks): 1 yes, 0 no,
+// -1 unknown — the hash is not in Redis (the reader's feed expired or was
+// lost), and the next read of the feed rebuilds it.
+func (f *Feeds) Following(ctx context.Context, readers []int64, author int64) ([]int, error) {
+	cmds := make([]*redis.SliceCmd, len(readers))
+	field := strconv.FormatInt(author, 10)
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range readers {
+			cmds[i] = p.HMGet(ctx, f.keys.following(r), field, versionField)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read whom readers follow: %w", err)
+	}
+	out := make([]int, len(readers))
+	for i, c := range cmds {
+		v := c.Val()
+		switch {
+		case len(v) < 2 || v[1] == nil:
+			out[i] = -1 // no hash: no version field
+		case v[0] != nil:
+			out[i] = 1
+		}
+	}
+	return out, nil
+}

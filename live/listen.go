@@ -1,0 +1,61 @@
+package live
+
+import (
+	"context"
+	"errors"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/backoff"
+)
+
+// listen keeps a subscription to one shard channel until ctx ends: it calls
+// subscribed each time the subscription (re)starts — after the first time,
+// messages may have been lost in between, since Pub/Sub keeps nothing — and
+// message for each message. A subscription that breaks (the node died, the
+// slot moved: Redis then unsubscribes its clients) is made again, after a
+// growing wait while Redis does not answer.
+func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger,
+	subscribed func(again bool), message func(payload string)) {
+	wait := backoff.Doubling{Max: 2e9}
+	again := false
+	for ctx.Err() == nil {
+		ps := rdb.SSubscribe(ctx, channel)
+		err := receive(ctx, ps, func() {
+			wait.Reset()
+			subscribed(again)
+			again = true
+		}, message)
+		_ = ps.Close()
+		if ctx.Err() != nil {
+			return
+		}
+		log.Debug("live channel interrupted; subscribing again", zap.String("channel", channel), zap.Error(err))
+		backoff.Sleep(ctx, wait.Next())
+	}
+}
+
+// errUnsubscribed: Redis ended the subscription (its slot moved).
+var errUnsubscribed = errors.New("unsubscribed by the server")
+
+// receive reads one subscription until it breaks.
+func receive(ctx context.Context, ps *redis.PubSub, subscribed func(), message func(string)) error {
+	for {
+		m, err := ps.Receive(ctx)
+		if err != nil {
+			return err
+		}
+		switch m := m.(type) {
+		case *redis.Subscription:
+			switch m.Kind {
+			case "ssubscribe", "subscribe":
+				subscribed()
+			case "sunsubscribe", "unsubscribe":
+				return errUnsubscribed
+			}
+		case *redis.Message:
+			message(m.Payload)
+		}
+	}
+}

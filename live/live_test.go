@@ -1,0 +1,154 @@
+package live_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/live"
+)
+
+// posts hydrates any id as a post by author 9.
+type posts struct{}
+
+func (posts) Posts(_ context.Context, ids []int64) ([]domain.Post, error) {
+	out := make([]domain.Post, len(ids))
+	for i, id := range ids {
+		out[i] = domain.Post{ID: id, AuthorID: 9, Body: "b"}
+	}
+	return out, nil
+}
+
+// follows says every reader follows every author.
+type follows struct{}
+
+func (follows) Following(_ context.Context, readers []int64, _ int64) ([]int, error) {
+	out := make([]int, len(readers))
+	for i := range out {
+		out[i] = 1
+	}
+	return out, nil
+}
+
+type env struct {
+	pub      *live.Publisher
+	hub      *live.Hub
+	messages func() float64 // newsfeed_live_messages_total
+}
+
+func start(t *testing.T, cfg live.HubConfig) *env {
+	t.Helper()
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	reg := prometheus.NewRegistry()
+	pub := live.NewPublisher(rdb, live.PublisherConfig{Prefix: prefix, Registerer: reg})
+	cfg.Prefix, cfg.Posts, cfg.Follows = prefix, posts{}, follows{}
+	hub, err := live.NewHub(rdb, cfg)
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = pub.Run(ctx); done <- struct{}{} }()
+	go func() { _ = hub.Run(ctx); done <- struct{}{} }()
+	t.Cleanup(func() { stop(); <-done; <-done })
+	return &env{pub: pub, hub: hub, messages: func() float64 {
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range families {
+			if f.GetName() == "newsfeed_live_messages_total" {
+				return f.GetMetric()[0].GetCounter().GetValue()
+			}
+		}
+		return 0
+	}}
+}
+
+// A page of readers none of whom is connected sends nothing at all; once
+// one connects, the next page reaches their stream, and only theirs.
+func TestPublisherSendsOnlyToConnectedReaders(t *testing.T) {
+	t.Parallel()
+	e := start(t, live.HubConfig{})
+	ctx := context.Background()
+	readers := make([]int64, 1000)
+	for i := range readers {
+		readers[i] = int64(i + 1)
+	}
+	e.pub.Pushed(ctx, 1, 9, readers)
+	require.Zero(t, e.messages(), "nobody connected: no message")
+
+	sub, err := e.hub.Subscribe(ctx, 500)
+	require.NoError(t, err)
+	defer sub.Close()
+	other, err := e.hub.Subscribe(ctx, 5000) // not in the page
+	require.NoError(t, err)
+	defer other.Close()
+	var ev domain.LiveEvent
+	require.Eventually(t, func() bool {
+		e.pub.Pushed(ctx, 2, 9, readers) // until the publisher heard of the reader
+		select {
+		case ev = <-sub.Events():
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	}, 10*time.Second, time.Millisecond)
+	require.Equal(t, domain.LivePost, ev.Kind)
+	require.Equal(t, int64(2), ev.Post.ID)
+	select {
+	case ev := <-other.Events():
+		t.Fatalf("a reader outside the page got %+v", ev)
+	default:
+	}
+
+	sub.Close()
+	other.Close()
+	require.Eventually(t, func() bool {
+		before := e.messages()
+		e.pub.Pushed(ctx, 3, 9, readers)
+		return e.messages() == before
+	}, 10*time.Second, 10*time.Millisecond, "the reader left: nothing is sent again")
+}
+
+// A stream whose reader does not take its events is dropped once it falls
+// a buffer behind; the hub never blocks on it.
+func TestHubDropsAStreamThatFallsBehind(t *testing.T) {
+	t.Parallel()
+	e := start(t, live.HubConfig{Buffer: 2})
+	ctx := context.Background()
+	sub, err := e.hub.Subscribe(ctx, 7)
+	require.NoError(t, err)
+	defer sub.Close()
+	require.Eventually(t, func() bool {
+		e.pub.Pushed(ctx, 1, 9, []int64{7})
+		select {
+		case <-sub.Gone():
+			return true
+		default:
+			return false
+		}
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+// The per-user limit counts a user's streams in every hub; a closed stream
+// frees its place.
+func TestHubLimitsStreamsPerUser(t *testing.T) {
+	t.Parallel()
+	e := start(t, live.HubConfig{MaxPerUser: 1, MaxConnections: 2})
+	ctx := context.Background()
+	a, err := e.hub.Subscribe(ctx, 1)
+	require.NoError(t, err)
+	_, err = e.hub.Subscribe(ctx, 1)
+	require.ErrorIs(t, err, domain.ErrTooManyStreams)
+	b, err := e.hub.Subscribe(ctx, 2)
+	require.NoError(t, err)
+	_, err = e.hub.Subscribe(ctx, 3)
+	require.ErrorIs(t, err, domain.ErrStreamsFull)
+	a.Close()
+	b.Close()
+	c, err := e.hub.Subscribe(ctx, 1)
+	require.NoError(t, err, "a closed stream frees its place")
+	c.Close()
+}
