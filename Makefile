@@ -50,7 +50,7 @@ test: services lint spec-lint monitoring-check cluster-up ## everything CI runs:
 	@# restart what a failover test killed and make sure the replica still lags.
 	scripts/cluster.sh up --apply-delay $(APPLY_DELAY)
 	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' \
-		go test -count=1 -timeout 10m ./sticky/ ./feed/ ./queue/ ./api/ ./e2e/
+		go test -count=1 -timeout 10m ./sticky/ ./feed/ ./queue/ ./live/ ./api/ ./e2e/
 	NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' go test -count=1 -timeout 5m -run 'Replayed|WritePosition' ./store/
 	@# Alone, since they kill and reshard nodes of the shared cluster.
 	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' NEWSFEED_TEST_CLUSTER_FAULTS=1 \
@@ -76,17 +76,37 @@ COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev
 build: ## the binary, bin/newsfeed
 	go build -ldflags "-X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(BIN) .
 
-# The container image (Dockerfile), with podman or docker, whichever is
-# installed (CONTAINER_ENGINE=docker picks one). By default the static binary
-# is built here and packed on an empty base: nothing is pulled from a
-# registry. IMAGE_FROM=source builds it inside Go's image instead (pulls
-# golang:1.26). Either way: version stamped as by `make build`, non-root.
+# The container image (Dockerfile), with podman or docker. podman comes first:
+# it needs no daemon, where docker's client alone (no engine running) builds
+# nothing; docker is taken only where podman is not installed
+# (CONTAINER_ENGINE=docker picks it all the same). Before anything is built,
+# the engine must answer `<engine> info`; if it cannot, make image says why
+# and what to install, instead of the engine's own error halfway through.
+# By default the static binary is built here and packed on an empty base:
+# nothing is pulled from a registry. IMAGE_FROM=source builds it inside Go's
+# image instead (pulls golang:1.26). Either way: version stamped as by
+# `make build`, non-root.
 IMAGE ?= newsfeed:$(VERSION)
 IMAGE_FROM ?= host
-CONTAINER_ENGINE ?= $(shell command -v podman 2>/dev/null || command -v docker 2>/dev/null)
+CONTAINER_ENGINE ?= $(or $(shell command -v podman >/dev/null 2>&1 && echo podman),$(shell command -v docker >/dev/null 2>&1 && echo docker))
 IMAGE_ROOTFS := build/image-rootfs
-image: ## the container image, with podman or docker: make image [IMAGE=newsfeed:tag] [IMAGE_FROM=source]
-	@test -n "$(CONTAINER_ENGINE)" || { echo "make image needs podman or docker; install one (Debian/Ubuntu: apt-get install -y podman)" >&2; exit 1; }
+PODMAN_INSTALL := apt-get install -y podman
+image: ## the container image, with podman (preferred) or docker: make image [IMAGE=newsfeed:tag] [IMAGE_FROM=source] [CONTAINER_ENGINE=docker]
+	@engine='$(CONTAINER_ENGINE)'; \
+	if [ -z "$$engine" ]; then \
+		echo "make image: neither podman nor docker is installed. Install podman, which needs no daemon (Debian/Ubuntu): $(PODMAN_INSTALL)" >&2; exit 1; \
+	fi; \
+	if ! command -v "$$engine" >/dev/null 2>&1; then \
+		echo "make image: CONTAINER_ENGINE=$$engine is not installed. Install podman, which needs no daemon (Debian/Ubuntu): $(PODMAN_INSTALL)" >&2; exit 1; \
+	fi; \
+	if ! why=$$("$$engine" info 2>&1 >/dev/null); then \
+		why=$$(printf '%s\n' "$$why" | grep -v '^[[:space:]]*$$' | tail -n 1); \
+		case "$${engine##*/}" in \
+		docker) echo "make image: docker's client is installed but no Docker daemon answers ($$why). Start the daemon (dockerd, or systemctl start docker), or install podman, which needs no daemon (Debian/Ubuntu): $(PODMAN_INSTALL)" >&2 ;; \
+		*) echo "make image: $$engine cannot run here: \`$$engine info\` failed ($$why)." >&2 ;; \
+		esac; \
+		exit 1; \
+	fi
 ifeq ($(IMAGE_FROM),host)
 	rm -rf $(IMAGE_ROOTFS)
 	CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(IMAGE_ROOTFS)/usr/local/bin/newsfeed .

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/store"
@@ -41,6 +43,9 @@ func NewRootCommand(assets Assets) *cobra.Command {
 		SilenceUsage:  true,
 	}
 	root.PersistentFlags().StringVar(&configPath, "config", "config.yaml", "configuration file (YAML)")
+	// A flag that sets a configuration key and is given no value is told in
+	// the words of the configuration's errors, as a wrong value is.
+	root.SetFlagErrorFunc(keyFlagError)
 
 	// sources are where cmd reads its configuration, with the values of
 	// its flags that set keys.
@@ -79,16 +84,13 @@ type sourcesFunc func(cmd *cobra.Command, flags []FlagValue) ConfigSources
 
 func roleCommand(name, short string, roles []Role, migrate bool, sources sourcesFunc, assets Assets) *cobra.Command {
 	var dev bool
-	var concurrency int
+	var keyFlags []*keyFlag
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: short,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var flags []FlagValue
-			if cmd.Flags().Changed("concurrency") {
-				flags = append(flags, FlagValue{Key: "fanout.concurrency", Value: concurrency, Flag: "--concurrency"})
-			}
+			flags := keyFlagValues(keyFlags)
 			if dev && os.Getenv("NEWSFEED_LOG_FORMAT") == "" {
 				flags = append(flags, FlagValue{Key: "log.format", Value: "console", Flag: "--dev"})
 			}
@@ -137,9 +139,77 @@ func roleCommand(name, short string, roles []Role, migrate bool, sources sources
 		cmd.Flags().BoolVar(&dev, "dev", false, "development mode: console logs, and the operator console open without admin.token")
 	}
 	if migrate || roles[0] == RoleWork {
-		cmd.Flags().IntVar(&concurrency, "concurrency", 64, "tickets processed at once (fanout.concurrency)")
+		keyFlags = append(keyFlags, configFlag(cmd, "concurrency", "fanout.concurrency", "tickets processed at once (fanout.concurrency)"))
 	}
 	return cmd
+}
+
+// keyFlag is a flag that sets a configuration key. It keeps the text it is
+// given; the configuration loader reads it as it reads an environment
+// variable's, so that a wrong value is refused in the words of every other
+// configuration error, naming the flag and the key
+// (`flag --concurrency: fanout.concurrency: "abc" is not a whole number`),
+// and not in pflag's.
+type keyFlag struct {
+	key  string
+	name string // the flag, "--concurrency"
+	typ  string // what --help shows: int, duration, …
+	text string
+	set  bool
+}
+
+// configFlag registers --name on cmd as key's value on the command line;
+// --help shows key's default.
+func configFlag(cmd *cobra.Command, name, key, usage string) *keyFlag {
+	field, known := configFields[key]
+	if !known {
+		panic("configFlag: no configuration key " + key) // a mistake in this file
+	}
+	typ := field.typ.Kind().String()
+	switch {
+	case field.typ == durationType:
+		typ = "duration"
+	case field.typ.Kind() >= reflect.Int && field.typ.Kind() <= reflect.Int64:
+		typ = "int"
+	}
+	f := &keyFlag{key: key, name: "--" + name, typ: typ}
+	cmd.Flags().Var(f, name, usage)
+	cmd.Flags().Lookup(name).DefValue = fmt.Sprint(defaults[key])
+	return f
+}
+
+func (f *keyFlag) String() string { return f.text }
+
+func (f *keyFlag) Set(text string) error {
+	f.text, f.set = text, true
+	return nil
+}
+
+func (f *keyFlag) Type() string { return f.typ }
+
+// keyFlagValues returns the values of the flags that were given.
+func keyFlagValues(flags []*keyFlag) []FlagValue {
+	var values []FlagValue
+	for _, f := range flags {
+		if f.set {
+			values = append(values, FlagValue{Key: f.key, Value: f.text, Flag: f.name})
+		}
+	}
+	return values
+}
+
+// keyFlagError is the error of a command line that cobra cannot parse: for
+// a flag that sets a configuration key given no value, one in the words of
+// the configuration's errors; any other as pflag has it.
+func keyFlagError(_ *cobra.Command, err error) error {
+	var missing *pflag.ValueRequiredError
+	if errors.As(err, &missing) && missing.GetFlag() != nil {
+		if f, ok := missing.GetFlag().Value.(*keyFlag); ok {
+			return &ConfigError{Problems: []string{fmt.Sprintf("%s: %s: has no value (give one, like %s=%v)",
+				ConfigSource{Kind: SourceFlag, Name: f.name}, f.key, f.name, defaults[f.key])}}
+		}
+	}
+	return err
 }
 
 // stoppedOr returns nil when the process was asked to stop (SIGTERM while it

@@ -108,6 +108,15 @@ func TestConfigErrorsNameKeyAndSource(t *testing.T) {
 			configProblems(t, ConfigSources{Environ: []string{"NEWSFEED_REDIS_CLUSTER=yes"}}))
 		require.Equal(t, []string{`NEWSFEED_FEED_MAX_LEN: feed.max_len: "" is not a whole number`},
 			configProblems(t, ConfigSources{Environ: []string{"NEWSFEED_FEED_MAX_LEN="}}))
+		// A flag's text (newsfeed work --concurrency abc) is read as the
+		// environment's; TestFlagErrorsNameKeyAndSource runs the command.
+		require.Equal(t, []string{`flag --concurrency: fanout.concurrency: "abc" is not a whole number`},
+			configProblems(t, ConfigSources{Flags: []FlagValue{{Key: "fanout.concurrency", Value: "abc", Flag: "--concurrency"}}}))
+		require.Equal(t, []string{`flag --concurrency: fanout.concurrency: "2.5" is not a whole number`},
+			configProblems(t, ConfigSources{Flags: []FlagValue{{Key: "fanout.concurrency", Value: "2.5", Flag: "--concurrency"}}}))
+		cfg, err := LoadConfig(ConfigSources{Flags: []FlagValue{{Key: "fanout.concurrency", Value: " 12 ", Flag: "--concurrency"}}})
+		require.NoError(t, err)
+		require.Equal(t, 12, cfg.Fanout.Concurrency)
 	})
 
 	t.Run("what YAML reads as a number or a boolean is text where text is expected", func(t *testing.T) {
@@ -169,6 +178,32 @@ func TestConfigErrorsNameKeyAndSource(t *testing.T) {
 		require.ErrorContains(t, err, "auth.secret: is a list")
 		require.NotContains(t, err.Error(), "hunter2")
 	})
+}
+
+// TestShutdownDrainDefault: after SIGTERM a process that serves the API
+// answers on for 5s by default, /readyz answering 503 (e2e's TestDrain
+// checks a drain from outside); the file and the environment change it, 0
+// turns it off, and a negative one is refused.
+func TestShutdownDrainDefault(t *testing.T) {
+	t.Parallel()
+	cfg, settings, _, err := EffectiveConfig(ConfigSources{})
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, cfg.ShutdownDrain)
+	for _, s := range settings {
+		if s.Key == "shutdown_drain" {
+			require.Equal(t, Setting{Key: "shutdown_drain", Value: "5s", Source: ConfigSource{Kind: SourceDefault}}, s)
+		}
+	}
+	for env, want := range map[string]time.Duration{"2s": 2 * time.Second, "0s": 0, "0": 0, "1m": time.Minute} {
+		cfg, err := LoadConfig(ConfigSources{Environ: []string{"NEWSFEED_SHUTDOWN_DRAIN=" + env}})
+		require.NoError(t, err, env)
+		require.Equal(t, want, cfg.ShutdownDrain, env)
+	}
+	cfg, err = LoadConfig(ConfigSources{File: writeConfig(t, "shutdown_drain: 2s\n")})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, cfg.ShutdownDrain)
+	require.Equal(t, []string{`NEWSFEED_SHUTDOWN_DRAIN: shutdown_drain: "5" is not a duration (write a unit: 5s)`},
+		configProblems(t, ConfigSources{Environ: []string{"NEWSFEED_SHUTDOWN_DRAIN=5"}}))
 }
 
 // TestEffectiveConfig: every key with its value and where it came from,

@@ -26,11 +26,15 @@ func TestServeStartsWithoutRedis(t *testing.T) {
 	viaProxy.Host = px.addr
 	serve := c.startWith("serve", []string{"NEWSFEED_REDIS_URL=" + viaProxy.String()})
 
+	// The answer to GET path on the metrics address, checked against
+	// docs/openapi.yaml (on any goroutine: require.Eventually's condition
+	// runs on its own).
 	status := func(path string) int {
-		resp, err := http.Get("http://" + serve.metricsAddr + path)
-		require.NoError(t, err)
-		resp.Body.Close()
-		return resp.StatusCode
+		code, _, err := opsGet(t, serve.metricsAddr, path)
+		if err != nil {
+			t.Errorf("GET %s: %v", path, err)
+		}
+		return code
 	}
 	require.Equal(t, http.StatusOK, status("/healthz"))
 	require.Equal(t, http.StatusServiceUnavailable, status("/readyz"))

@@ -14,10 +14,13 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -262,14 +265,13 @@ func (p *proc) stop() int {
 	return p.cmd.ProcessState.ExitCode()
 }
 
-// metric reads one unlabelled sample from the process's /metrics.
+// metric reads one unlabelled sample from the process's /metrics (its
+// answer checked against docs/openapi.yaml like every other).
 func (p *proc) metric(name string) float64 {
 	p.t.Helper()
-	resp, err := http.Get("http://" + p.metricsAddr + "/metrics")
+	status, body, err := opsGet(p.t, p.metricsAddr, "/metrics")
 	require.NoError(p.t, err)
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(p.t, err)
+	require.Equal(p.t, http.StatusOK, status, "GET /metrics of %s", p.role)
 	for _, line := range strings.Split(string(body), "\n") {
 		if v, ok := strings.CutPrefix(line, name+" "); ok {
 			f, err := strconv.ParseFloat(v, 64)
@@ -281,9 +283,60 @@ func (p *proc) metric(name string) float64 {
 	return 0
 }
 
+// opsGet sends GET path (/healthz, /readyz, /metrics) to addr, an API or a
+// metrics address, and returns the status and body of the answer, checked
+// against docs/openapi.yaml (checkDescribed: drift is reported with
+// t.Errorf, so it may run on any goroutine — require.Eventually runs its
+// condition on one of its own). A transport error (refused, cut short) is
+// returned: a caller of a process that may have stopped expects one.
+func opsGet(t testing.TB, addr, path string) (int, []byte, error) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+path, nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	resp, body, err := roundTrip(opsHTTP, req)
+	if err != nil {
+		return 0, nil, err
+	}
+	checkDescribed(t, req, nil, resp, body)
+	return resp.StatusCode, body, nil
+}
+
+// opsHTTP is the client of opsGet: a probe that hangs is a failure.
+var opsHTTP = &http.Client{Timeout: 30 * time.Second}
+
+// readyz returns the status of GET /readyz on addr, checked against
+// docs/openapi.yaml; no answer at all is reported with t.Errorf (any
+// goroutine) and returns 0.
+func readyz(t testing.TB, addr string) int {
+	t.Helper()
+	status, _, err := opsGet(t, addr, "/readyz")
+	if err != nil {
+		t.Errorf("GET /readyz on %s: %v", addr, err)
+		return 0
+	}
+	return status
+}
+
+// roundTrip sends req and reads the whole answer. An answer cut short is a
+// transport error, like none at all.
+func roundTrip(hc *http.Client, req *http.Request) (*http.Response, []byte, error) {
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s %s: reading the answer: %w", req.Method, req.URL, err)
+	}
+	return resp, body, nil
+}
+
 // client calls the API of one serve/all process as one user.
 type client struct {
-	t     *testing.T
+	t     testing.TB
 	base  string
 	token string
 	http  *http.Client
@@ -307,10 +360,7 @@ func (c *client) do(method, path string, body any) (int, []byte) {
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.http.Do(req)
-	require.NoError(c.t, err)
-	defer resp.Body.Close()
-	out, err := io.ReadAll(resp.Body)
+	resp, out, err := roundTrip(c.http, req)
 	require.NoError(c.t, err)
 	requireDescribed(c.t, req, sent, resp, out)
 	return resp.StatusCode, out
@@ -334,14 +384,37 @@ func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 }
 
 // requireDescribed fails the test when docs/openapi.yaml does not allow an
-// answer of the API (see internal/openapitest), saying what drifted.
-func requireDescribed(t *testing.T, req *http.Request, sent []byte, resp *http.Response, body []byte) {
+// answer of the API (see internal/openapitest), saying what drifted. It
+// stops the test: call it on the test's goroutine, checkDescribed on others.
+func requireDescribed(t testing.TB, req *http.Request, sent []byte, resp *http.Response, body []byte) {
 	t.Helper()
+	if !checkDescribed(t, req, sent, resp, body) {
+		t.FailNow()
+	}
+}
+
+// checkDescribed is requireDescribed for any goroutine: drift is reported
+// with t.Errorf (which is safe from any goroutine, where t.FailNow is not),
+// and it returns whether the answer is described.
+func checkDescribed(t testing.TB, req *http.Request, sent []byte, resp *http.Response, body []byte) bool {
+	t.Helper()
+	if err := describedErr(req, sent, resp, body); err != nil {
+		t.Errorf("%v", err)
+		return false
+	}
+	return true
+}
+
+// describedErr says how docs/openapi.yaml disagrees with an answer of the
+// API, or returns nil.
+func describedErr(req *http.Request, sent []byte, resp *http.Response, body []byte) error {
 	spec, err := openapitest.Load()
-	require.NoError(t, err)
-	require.NoError(t, spec.Check(openapitest.Exchange{
+	if err != nil {
+		return err
+	}
+	return spec.Check(openapitest.Exchange{
 		Request: req, RequestBody: sent, Status: resp.StatusCode, Header: resp.Header, Body: body,
-	}))
+	})
 }
 
 type post struct {
@@ -570,29 +643,44 @@ func (c *cluster) run(args ...string) (string, error) {
 
 // tryPost creates a post with an Idempotency-Key and reports whether the
 // server accepted it (201 or 200); network errors and 5xx report false.
+// Every answer is checked against docs/openapi.yaml; like tryPostStatus it
+// may be called from any goroutine.
 func (c *client) tryPost(body, key string) (int64, bool) {
 	_, id, ok := c.tryPostStatus(body, key)
 	return id, ok
 }
 
 // tryPostStatus is tryPost that also returns the status of an accepted post:
-// 201 created, 200 a repeat that returned the first post.
+// 201 created, 200 a repeat that returned the first post. It is for the
+// goroutines of a load (it never calls t.FailNow): an answer that
+// docs/openapi.yaml does not allow is reported with t.Errorf (checkDescribed)
+// and counts as refused.
 func (c *client) tryPostStatus(body, key string) (int, int64, bool) {
-	b, _ := json.Marshal(map[string]string{"body": body})
-	req, err := http.NewRequest("POST", c.base+"/v1/posts", bytes.NewReader(b))
-	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	req.Header.Set("Idempotency-Key", key)
-	resp, err := c.http.Do(req)
+	sent, err := json.Marshal(map[string]string{"body": body})
 	if err != nil {
+		c.t.Errorf("encode a post: %v", err)
 		return 0, 0, false
 	}
-	defer resp.Body.Close()
+	req, err := http.NewRequest("POST", c.base+"/v1/posts", bytes.NewReader(sent))
+	if err != nil {
+		c.t.Errorf("POST /v1/posts: %v", err)
+		return 0, 0, false
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Idempotency-Key", key)
+	resp, out, err := roundTrip(c.http, req)
+	if err != nil {
+		return 0, 0, false // no answer, or one cut short (a killed serve)
+	}
+	if !checkDescribed(c.t, req, sent, resp, out) {
+		return resp.StatusCode, 0, false
+	}
 	if resp.StatusCode != http.StatusCreated && resp.StatusCode != http.StatusOK {
 		return resp.StatusCode, 0, false
 	}
 	var p post
-	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil {
+	if err := json.Unmarshal(out, &p); err != nil {
+		c.t.Errorf("POST /v1/posts answered %d with a body that is no post: %v: %q", resp.StatusCode, err, out)
 		return resp.StatusCode, 0, false
 	}
 	return resp.StatusCode, p.ID, true
@@ -758,4 +846,96 @@ func hostEnv() []string {
 		env = append(env, kv)
 	}
 	return env
+}
+
+// TestHarnessChecksAnswersOnAnyGoroutine: the harness's requests that
+// tolerate failure — tryPost on a load's goroutines, opsGet and readyz in
+// require.Eventually's conditions — check every answer against
+// docs/openapi.yaml as client.do does, and report drift with t.Errorf from
+// whichever goroutine they run on, never t.FailNow off the test's own.
+func TestHarnessChecksAnswersOnAnyGoroutine(t *testing.T) {
+	t.Parallel()
+	// fake answers as the API does (described), or not (drift).
+	fake := func(described bool) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			answer := func(status int, contentType, body string) {
+				w.Header().Set("Content-Type", contentType)
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, body)
+			}
+			switch {
+			case r.URL.Path == "/v1/posts" && described:
+				answer(http.StatusOK, "application/json", `{"id":71,"author_id":5,"body":"a repeat","created_at":"2026-11-30T08:00:00.123Z"}`)
+			case r.URL.Path == "/v1/posts":
+				answer(http.StatusOK, "application/json", `{"id":71,"author_id":5,"body":"a repeat"}`) // no created_at
+			case r.URL.Path == "/readyz" && described:
+				answer(http.StatusServiceUnavailable, "application/json", `{"error":{"code":"unavailable","message":"Redis is unreachable"}}`)
+			case r.URL.Path == "/readyz":
+				answer(http.StatusServiceUnavailable, "text/plain", "Redis is unreachable")
+			case r.URL.Path == "/metrics" && described:
+				answer(http.StatusOK, "text/plain; version=0.0.4; charset=utf-8", "newsfeed_outbox_pending 0\n")
+			case r.URL.Path == "/metrics":
+				answer(http.StatusOK, "application/json", `{"newsfeed_outbox_pending":0}`)
+			default:
+				http.NotFound(w, r)
+			}
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	// run calls each helper on a goroutine of its own, as a load and
+	// require.Eventually do, and returns what they reported.
+	run := func(addr string) *recordingT {
+		rec := &recordingT{TB: t}
+		cl := &client{t: rec, base: "http://" + addr, token: "a-token", http: &http.Client{Timeout: 10 * time.Second}}
+		var wg sync.WaitGroup
+		wg.Go(func() { cl.tryPost("a repeat", "key-1") })
+		wg.Go(func() { readyz(rec, addr) })
+		wg.Go(func() { _, _, _ = opsGet(rec, addr, "/metrics") })
+		wg.Wait()
+		require.False(t, rec.failedNow, "t.FailNow off the test's goroutine")
+		return rec
+	}
+
+	require.Empty(t, run(fake(true)).errors, "described answers")
+
+	drift := run(fake(false)).errors
+	require.Len(t, drift, 3, "one error for each answer: %q", drift)
+	slices.Sort(drift)
+	for i, target := range []string{"GET /metrics answered 200", "GET /readyz answered 503", "POST /v1/posts answered 200"} {
+		require.Contains(t, drift[i], "docs/openapi.yaml and the API disagree: "+target)
+	}
+}
+
+// recordingT is a testing.TB that records what a helper reports instead of
+// failing the test, for the tests of the harness itself.
+type recordingT struct {
+	testing.TB
+	mu        sync.Mutex
+	errors    []string
+	failedNow bool
+}
+
+func (r *recordingT) Helper() {}
+
+func (r *recordingT) Errorf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+func (r *recordingT) Error(args ...any) { r.Errorf("%s", fmt.Sprint(args...)) }
+
+func (r *recordingT) Fatalf(format string, args ...any) {
+	r.Errorf(format, args...)
+	r.FailNow()
+}
+
+func (r *recordingT) Fatal(args ...any) { r.Fatalf("%s", fmt.Sprint(args...)) }
+
+func (r *recordingT) FailNow() {
+	r.mu.Lock()
+	r.failedNow = true
+	r.mu.Unlock()
+	runtime.Goexit()
 }

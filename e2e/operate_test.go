@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -131,40 +132,81 @@ func TestOutagesLoggedOncePerTransition(t *testing.T) {
 }
 
 // TestDrain: on SIGTERM, serve's /readyz answers 503 at once, on both
-// addresses, while the API goes on answering — a post is accepted — for
-// shutdown_drain; then it stops and exits 0.
+// addresses, while the API goes on answering — posts accepted and read back —
+// for the whole of shutdown_drain (2s here; 5s by default, which
+// TestShutdownDrainDefault in app checks); then it stops accepting
+// connections and exits 0. Every answer is checked against docs/openapi.yaml.
 func TestDrain(t *testing.T) {
 	t.Parallel()
+	const drain = 2 * time.Second
+	// A request sent this long before the drain can have ended is answered
+	// before it ends: on a loaded machine one takes tens of milliseconds.
+	const margin = 500 * time.Millisecond
 	c := newCluster(t)
-	serve := c.startWith("serve", []string{"NEWSFEED_SHUTDOWN_DRAIN=3s"})
+	serve := c.startWith("serve", []string{"NEWSFEED_SHUTDOWN_DRAIN=" + drain.String()})
 	john := serve.client(5)
 	john.post("before")
-	ready := func(addr string) int {
-		resp, err := http.Get("http://" + addr + "/readyz")
-		require.NoError(t, err, "still listening")
-		resp.Body.Close()
-		return resp.StatusCode
-	}
-	require.Equal(t, http.StatusOK, ready(serve.metricsAddr))
-	require.Equal(t, http.StatusOK, ready(serve.httpAddr))
+	require.Equal(t, http.StatusOK, readyz(t, serve.metricsAddr))
+	require.Equal(t, http.StatusOK, readyz(t, serve.httpAddr))
 
+	signalled := time.Now()
 	require.NoError(t, serve.cmd.Process.Signal(syscall.SIGTERM))
-	require.Eventually(t, func() bool { return ready(serve.metricsAddr) == http.StatusServiceUnavailable },
-		10*time.Second, time.Millisecond, "readyz turns 503")
-	require.Equal(t, http.StatusServiceUnavailable, ready(serve.httpAddr))
-	during := john.post("during the drain")
-	status, _ := john.do("GET", "/v1/posts/"+jsonID(during.ID), nil)
-	require.Equal(t, http.StatusOK, status)
+	require.Eventually(t, func() bool { return readyz(t, serve.metricsAddr) == http.StatusServiceUnavailable },
+		drain/2, time.Millisecond, "readyz turns 503 at once")
+
+	// The drain began after the signal was sent, so it lasts until
+	// signalled+drain at least: until then, polled all along, serve is
+	// not ready on either address and the API answers as before.
+	var accepted []int64
+	steps := []func(){
+		func() {
+			require.Equal(t, http.StatusServiceUnavailable, readyz(t, serve.metricsAddr), "readyz on metrics.addr")
+		},
+		func() {
+			require.Equal(t, http.StatusServiceUnavailable, readyz(t, serve.httpAddr), "readyz on http.addr")
+		},
+		func() { accepted = append(accepted, john.post(fmt.Sprintf("during the drain %d", len(accepted))).ID) },
+		func() {
+			status, _ := john.do("GET", "/v1/posts/"+jsonID(accepted[len(accepted)-1]), nil)
+			require.Equal(t, http.StatusOK, status, "the post accepted during the drain is read back")
+		},
+	}
+	for i := 0; time.Since(signalled) < drain-margin; i++ {
+		select {
+		case <-serve.done:
+			t.Fatalf("serve stopped %s after SIGTERM, within its drain of %s: %v", time.Since(signalled), drain, serve.exitErr)
+		default:
+		}
+		steps[i%len(steps)]()
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, len(accepted), 3, "the API was polled all through the drain")
+
+	// Then it stops accepting: a connection is refused (never before the
+	// drain can have ended), and serve exits 0.
+	var refusedAfter time.Duration
+	for {
+		_, _, err := opsGet(t, serve.httpAddr, "/healthz")
+		if err != nil {
+			refusedAfter = time.Since(signalled)
+			break
+		}
+		if time.Since(signalled) > drain+30*time.Second {
+			t.Fatalf("serve still accepts connections %s after SIGTERM, with a drain of %s", time.Since(signalled), drain)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, refusedAfter, drain, "serve stopped accepting before its drain ended")
+	t.Logf("serve stopped accepting %s after SIGTERM (drain %s), after %d posts during the drain", refusedAfter, drain, len(accepted))
 	select {
 	case <-serve.done:
-		t.Fatal("serve stopped before its drain ended")
-	default:
+	case <-time.After(30 * time.Second):
+		t.Fatal("serve did not exit within 30s of its drain")
 	}
-
-	require.Equal(t, 0, serve.stop(), "exits 0 after the drain")
+	require.Equal(t, 0, serve.cmd.ProcessState.ExitCode(), "exits 0 after the drain: %v", serve.exitErr)
 	var n int
-	require.NoError(t, c.pool.QueryRow(t.Context(), "SELECT count(*) FROM posts WHERE body = 'during the drain'").Scan(&n))
-	require.Equal(t, 1, n)
+	require.NoError(t, c.pool.QueryRow(t.Context(), "SELECT count(*) FROM posts WHERE body LIKE 'during the drain %'").Scan(&n))
+	require.Equal(t, len(accepted), n, "every post accepted during the drain is stored")
 }
 
 func jsonID(id int64) string {
