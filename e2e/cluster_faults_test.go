@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/queue"
 )
 
 // The tests of this file kill and reshard nodes of the local Redis Cluster
@@ -154,20 +156,77 @@ func (c *cluster) requireEveryFeedHolds(serve *proc, followers, onlyThem []int64
 // and when the outbox has drained every follower's feed holds every post
 // exactly once. (With redis.wait_replicas 0 this test fails: feeds miss the
 // posts whose writes the dead primary took.)
+//
+// Following the new topology has to be what completes the feeds, within
+// seconds of the promotion: each timer that would have rescued a role stuck
+// on the dead address is set far beyond the test's own deadline — the
+// outbox's redelivery of a published row no worker finished
+// (outbox.redeliver_after, 2m by default), the queue's takeover of tickets
+// idle in a consumer's pending list (queue.claim_idle, 30s) and the
+// dispatcher's lease on the rows it claimed (outbox.lease, 30s) — so that
+// only postponed work tried again (at most backoff.MaxPostpone, 30s, apart)
+// and clients that see the new primary can finish in time.
 func TestRedisPrimaryKilledMidFanout(t *testing.T) {
+	const partitions = 6
 	c := newCluster(t, withEnv(
 		"NEWSFEED_REDIS_WAIT_REPLICAS="+envOr("NEWSFEED_TEST_WAIT_REPLICAS", "1"),
-		"NEWSFEED_QUEUE_PARTITIONS=6",
+		"NEWSFEED_QUEUE_PARTITIONS="+strconv.Itoa(partitions),
 		"NEWSFEED_FANOUT_CONCURRENCY=16",
 		"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=1000000", // fanned out, not pulled
+		"NEWSFEED_OUTBOX_REDELIVER_AFTER="+noRescue.String(),
+		"NEWSFEED_QUEUE_CLAIM_IDLE="+noRescue.String(),
+		"NEWSFEED_OUTBOX_LEASE="+noRescue.String(),
 	))
 	c.needClusterFaults()
+	c.requireDurations(noRescue, "outbox.redeliver_after", "queue.claim_idle", "outbox.lease")
 	ctx := context.Background()
 	rdb := c.redis().(*redis.ClusterClient)
+
+	// The primary to kill holds partitions of the queue (the most of them,
+	// on the cluster's slot map now) and feeds.
+	q, err := queue.NewPartitioned(rdb, queue.Config{Stream: c.prefix + "tickets", Group: "fanout", Partitions: partitions})
+	require.NoError(t, err)
+	held := map[string][]int{} // primary address → the partitions whose stream it holds
+	nodes := map[string]*redis.Client{}
+	for p := range partitions {
+		node, err := rdb.MasterForKey(ctx, q.Key(p))
+		require.NoError(t, err)
+		addr := node.Options().Addr
+		held[addr], nodes[addr] = append(held[addr], p), node
+	}
+	var dead string
+	for addr, parts := range held {
+		if dead == "" || len(parts) > len(held[dead]) || len(parts) == len(held[dead]) && addr < dead {
+			dead = addr
+		}
+	}
+	victim := nodes[dead]
 
 	const author = 1
 	serve, followers := c.startWithFollowers(author, 20000)
 	poster := serve.client(author)
+
+	// The streams exist now (every process creates its partitions'), and
+	// the victim answers for them itself: not a MOVED to another node.
+	for _, p := range held[dead] {
+		n, err := victim.Exists(ctx, q.Key(p)).Result()
+		require.NoError(t, err, "the stream of partition %d on %s", p, dead)
+		require.EqualValues(t, 1, n, "the stream of partition %d (%s) is on %s", p, q.Key(p), dead)
+	}
+	// The followers whose feeds are on the victim's slots, and the others:
+	// the promotion moves no slot to another shard.
+	var onVictim, elsewhere []int64
+	for _, u := range followers {
+		node, err := rdb.MasterForKey(ctx, c.feedKey(u))
+		require.NoError(t, err)
+		if node.Options().Addr == dead {
+			onVictim = append(onVictim, u)
+		} else {
+			elsewhere = append(elsewhere, u)
+		}
+	}
+	require.NotEmpty(t, onVictim, "no feed on %s", dead)
+	require.NotEmpty(t, elsewhere, "every feed on %s", dead)
 
 	var posts []int64
 	for i := range 3 {
@@ -184,9 +243,6 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 		require.True(t, time.Now().Before(deadline), "the fan-out never started")
 		time.Sleep(20 * time.Millisecond)
 	}
-	victim, err := rdb.MasterForKey(ctx, c.feedKey(followers[0]))
-	require.NoError(t, err)
-	dead := victim.Options().Addr
 	resume := testenv.StopReplicaOf(t, victim)
 	// And cut its link: what the primary writes from now on is in no
 	// socket buffer of the replica either.
@@ -195,10 +251,17 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 		posts = append(posts, poster.post("with the replica stopped "+strconv.Itoa(i)).ID)
 	}
 	time.Sleep(time.Second) // writes reach the primary, not its replica
+	var waiting int64
+	for _, p := range held[dead] {
+		n, err := victim.XLen(ctx, q.Key(p)).Result()
+		require.NoError(t, err)
+		waiting += n
+	}
 	require.NoError(t, syscall.Kill(testenv.RedisPID(t, dead), syscall.SIGKILL))
 	resume()
 	killed := time.Now()
-	t.Logf("killed the primary %s mid fan-out, its replica a second behind", dead)
+	t.Logf("killed the primary %s mid fan-out, its replica a second behind: it held %d of the %d feeds, "+
+		"partitions %v of the queue with %d tickets in them", dead, len(onVictim), len(followers), held[dead], waiting)
 
 	// Posts go on while the replica takes over: writes need PostgreSQL alone.
 	for i := range 5 {
@@ -214,32 +277,74 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	// The promoted primary has no replica: the writes to its shard do not
 	// count until the dead node is back, as its replica. The other shards'
 	// feeds do not wait for that: every page of the fan-out is written.
-	promotedTo, err := rdb.MasterForKey(ctx, c.feedKey(followers[0]))
-	require.NoError(t, err)
-	var elsewhere []int64
-	for _, u := range followers {
-		node, err := rdb.MasterForKey(ctx, c.feedKey(u))
-		require.NoError(t, err)
-		if node.Options().Addr != promotedTo.Options().Addr {
-			elsewhere = append(elsewhere, u)
-		}
-	}
 	last := posts[len(posts)-1]
+	followed := promoted.Add(followWithin)
 	require.Eventually(t, func() bool {
 		n, err := c.countFeedsHolding(elsewhere, last) // the nodes may still disagree on the new topology
 		return err == nil && n == len(elsewhere)
-	}, 60*time.Second, 200*time.Millisecond, "the feeds on the shards with a replica got the post made after the failover")
+	}, time.Until(followed), 200*time.Millisecond,
+		"the feeds on the shards with a replica got the post made after the failover within %s of the promotion", followWithin)
+	t.Logf("the feeds on the other shards had every post %s after the promotion", time.Since(promoted).Round(time.Millisecond))
 	// An operator's restart (here the cluster script's) brings the dead
 	// node back as the new primary's replica.
 	c.restoreCluster()
-	t.Logf("the dead node is back as a replica %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+	restored := time.Now()
+	t.Logf("the dead node is back as a replica %s after the promotion", restored.Sub(promoted).Round(time.Millisecond))
 
-	// The roles follow the new topology themselves, well before
-	// outbox.redeliver_after (2m): postponed work is tried again within
-	// seconds (outbox MaxPostpone, 30 s, bounds the wait).
-	c.waitOutboxDrained(90 * time.Second)
-	t.Logf("the outbox drained %s after the promotion", time.Since(promoted).Round(time.Millisecond))
+	// The roles follow the new topology themselves, long before any of the
+	// timers above: postponed work is tried again within seconds.
+	drained := promoted.Add(drainWithin)
+	if late := restored.Add(drainAfterReturn); late.After(drained) {
+		drained = late // the script took long: it may have rebuilt the PostgreSQL replica too
+	}
+	c.waitOutboxDrained(time.Until(drained))
 	c.requireEveryFeedHolds(serve, followers, followers, posts, 30)
+	t.Logf("the outbox drained and every feed held every post %s after the promotion (%s after the dead node was back)",
+		time.Since(promoted).Round(time.Millisecond), time.Since(restored).Round(time.Millisecond))
+	var events, retried, failed, maxFailures int
+	require.NoError(t, c.pool.QueryRow(ctx, `SELECT count(*), count(*) FILTER (WHERE attempts > 1),
+		count(*) FILTER (WHERE failures > 0), coalesce(max(failures), 0) FROM outbox`).Scan(&events, &retried, &failed, &maxFailures))
+	t.Logf("of the %d outbox events, %d were published more than once, %d after failures (at most %d)", events, retried, failed, maxFailures)
+}
+
+// The failover test's bounds. noRescue is what the timers that rescue work
+// after a timeout are set to: far beyond the test's deadlines (and its
+// -timeout), so that none of them can finish a feed in time. followWithin
+// bounds, from the promotion, how soon the feeds on the shards that kept a
+// replica hold the posts made after it. drainWithin bounds, from the
+// promotion too, how soon every event is finished and every feed complete,
+// the promoted shard's included, whose writes count only once the cluster
+// script has brought the dead node back as its replica (seconds); should
+// the script take long (it may rebuild the PostgreSQL replica as well), the
+// bound is drainAfterReturn from the node's return instead: postponed work
+// is tried again at most backoff.MaxPostpone (30s) later. Measured runs take
+// 30–50 s to drain on a loaded 2-core machine; every bound is far below
+// noRescue.
+const (
+	noRescue         = 30 * time.Minute
+	followWithin     = 60 * time.Second
+	drainWithin      = 90 * time.Second
+	drainAfterReturn = 60 * time.Second
+)
+
+// requireDurations checks, with `newsfeed config check`, that each key's
+// effective value is want for the cluster's processes: a misspelt
+// environment variable would be ignored, and leave the default.
+func (c *cluster) requireDurations(want time.Duration, keys ...string) {
+	c.t.Helper()
+	out, err := c.run("config", "check", "--json")
+	require.NoError(c.t, err)
+	var checked struct {
+		Settings []struct{ Key, Value string } `json:"settings"`
+	}
+	require.NoError(c.t, json.Unmarshal([]byte(out), &checked))
+	for _, key := range keys {
+		i := slices.IndexFunc(checked.Settings, func(s struct{ Key, Value string }) bool { return s.Key == key })
+		require.GreaterOrEqual(c.t, i, 0, "config check lists no %s", key)
+		got, err := time.ParseDuration(checked.Settings[i].Value)
+		require.NoError(c.t, err, key)
+		require.Equal(c.t, want, got, key)
+	}
 }
 
 // envOr returns the test's environment variable key, or def.
