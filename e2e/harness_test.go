@@ -367,7 +367,7 @@ func (c *client) do(method, path string, body any) (int, []byte) {
 }
 
 // get sends GET url with the given header (name, value pairs) and returns
-// the response, its body read.
+// the response, its body read, checked against docs/openapi.yaml.
 func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet, url, nil)
@@ -380,6 +380,7 @@ func get(t *testing.T, url string, header ...string) (*http.Response, []byte) {
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	requireDescribed(t, req, nil, resp, body)
 	return resp, body
 }
 

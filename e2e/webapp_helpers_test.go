@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/json"
+	"io"
 	"fmt"
 	"net/http"
 	"slices"
@@ -125,11 +126,14 @@ func apiMessage(t *testing.T, method, url, token, body string, wantStatus int) s
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	requireDescribed(t, req, []byte(body), resp, raw)
 	require.Equal(t, wantStatus, resp.StatusCode, "%s %s", method, url)
 	var e struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
-	require.NoError(t, json.NewDecoder(resp.Body).Decode(&e))
+	require.NoError(t, json.Unmarshal(raw, &e))
 	require.NotEmpty(t, e.Error.Message)
 	return e.Error.Message
 }

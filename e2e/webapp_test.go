@@ -297,11 +297,14 @@ func TestWebAppServedWithoutDev(t *testing.T) {
 	base := "http://" + p.httpAddr
 
 	get := func(path string) (*http.Response, string) {
-		resp, err := http.Get(base + path)
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer resp.Body.Close()
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
+		requireDescribed(t, req, nil, resp, body)
 		require.Equal(t, http.StatusOK, resp.StatusCode, path)
 		return resp, string(body)
 	}
