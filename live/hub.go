@@ -97,10 +97,12 @@ type Hub struct {
 	instance string
 	log      *zap.Logger
 
-	mu    sync.Mutex
-	subs  map[int64]map[*subscription]struct{} // by user
-	count int
-	down  bool // Run ended: no new streams
+	mu   sync.Mutex
+	subs map[int64]map[*subscription]struct{} // by user
+	// announcing orders the presence announcements (announce).
+	announcing sync.Mutex
+	count      int
+	down       bool // Run ended: no new streams
 
 	open    prometheus.Gauge
 	dropped *prometheus.CounterVec
@@ -287,22 +289,28 @@ func (h *Hub) Subscribe(ctx context.Context, userID int64) (domain.LiveSubscript
 		h.subs[userID] = make(map[*subscription]struct{})
 	}
 	h.subs[userID][s] = struct{}{}
-	n := len(h.subs[userID])
 	h.mu.Unlock()
 	h.open.Inc()
 	s.close = func() { h.release(s) }
 	// Before the stream reads its feed: a post pushed after that read finds
 	// the user here (or the stream's next read finds the post).
-	if err := h.announce(ctx, userID, n); err != nil {
+	if err := h.announce(ctx, userID); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open a live stream: %w: %w", domain.ErrUnavailable, err)
 	}
 	return s, nil
 }
 
-// announce records in Redis that this hub holds n streams of user, and
-// tells the publishers.
-func (h *Hub) announce(ctx context.Context, user int64, n int) error {
+// announce records in Redis how many streams of user this hub holds now,
+// and tells the publishers. One announcement at a time, each counting as it
+// is sent: a stream closed and one opened at once would otherwise let the
+// older count ("none") land last, and publishers forget the user.
+func (h *Hub) announce(ctx context.Context, user int64) error {
+	h.announcing.Lock()
+	defer h.announcing.Unlock()
+	h.mu.Lock()
+	n := len(h.subs[user])
+	h.mu.Unlock()
 	b, _ := json.Marshal(presenceChange{Instance: h.instance, User: user, N: n})
 	usersKey := h.keys.users(h.instance)
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
@@ -327,8 +335,7 @@ func (h *Hub) release(s *subscription) {
 		return
 	}
 	delete(subs, s)
-	n := len(subs)
-	if n == 0 {
+	if len(subs) == 0 {
 		delete(h.subs, s.user)
 	}
 	h.count--
@@ -338,7 +345,7 @@ func (h *Hub) release(s *subscription) {
 	defer cancel()
 	// What fails here ends with the leases.
 	_ = h.rdb.ZRem(ctx, h.keys.conns(s.user), s.member).Err()
-	_ = h.announce(ctx, s.user, n)
+	_ = h.announce(ctx, s.user)
 }
 
 // handle takes one message of the inbox.

@@ -152,3 +152,41 @@ func TestHubLimitsStreamsPerUser(t *testing.T) {
 	require.NoError(t, err, "a closed stream frees its place")
 	c.Close()
 }
+
+// A stream closed while another of the same reader opens leaves the reader
+// known to the publishers: the hub announces each count as it is when sent,
+// one at a time, so the older count never lands last. (Publishers read the
+// whole presence again every 5 s; the reader must be reached well before.)
+func TestPresenceSurvivesACloseBesideAnOpen(t *testing.T) {
+	t.Parallel()
+	e := start(t, live.HubConfig{MaxPerUser: 100})
+	ctx := context.Background()
+	const reader = 7
+	for round := range 20 {
+		old, err := e.hub.Subscribe(ctx, reader)
+		require.NoError(t, err)
+		opened := make(chan domain.LiveSubscription)
+		go func() {
+			s, err := e.hub.Subscribe(ctx, reader)
+			if err != nil {
+				t.Errorf("subscribe: %v", err)
+			}
+			opened <- s
+		}()
+		old.Close()
+		sub := <-opened
+		require.NotNil(t, sub)
+		got := false
+		deadline := time.Now().Add(3 * time.Second)
+		for !got && time.Now().Before(deadline) {
+			e.pub.Pushed(ctx, int64(round+1), 9, []int64{reader})
+			select {
+			case <-sub.Events():
+				got = true
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+		require.True(t, got, "round %d: the reader's open stream was forgotten", round)
+		sub.Close()
+	}
+}
