@@ -175,6 +175,10 @@ func (h *Hub) renew(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	until := time.Now().Add(lease).UnixMilli()
+	// Under announcing: a stream closed after the snapshot below announces
+	// after this write, not before it (the write would bring it back).
+	h.announcing.Lock()
+	defer h.announcing.Unlock()
 	h.mu.Lock()
 	users := make(map[int64][]string, len(h.subs))
 	for u, subs := range h.subs {
@@ -294,7 +298,7 @@ func (h *Hub) Subscribe(ctx context.Context, userID int64) (domain.LiveSubscript
 	s.close = func() { h.release(s) }
 	// Before the stream reads its feed: a post pushed after that read finds
 	// the user here (or the stream's next read finds the post).
-	if err := h.announce(ctx, userID); err != nil {
+	if err := h.announce(ctx, userID, ""); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("open a live stream: %w: %w", domain.ErrUnavailable, err)
 	}
@@ -305,7 +309,9 @@ func (h *Hub) Subscribe(ctx context.Context, userID int64) (domain.LiveSubscript
 // and tells the publishers. One announcement at a time, each counting as it
 // is sent: a stream closed and one opened at once would otherwise let the
 // older count ("none") land last, and publishers forget the user.
-func (h *Hub) announce(ctx context.Context, user int64) error {
+// closed, if set, is a stream of user that just closed: its place among the
+// user's streams is freed in the same turn (a renew cannot bring it back).
+func (h *Hub) announce(ctx context.Context, user int64, closed string) error {
 	h.announcing.Lock()
 	defer h.announcing.Unlock()
 	h.mu.Lock()
@@ -314,6 +320,9 @@ func (h *Hub) announce(ctx context.Context, user int64) error {
 	b, _ := json.Marshal(presenceChange{Instance: h.instance, User: user, N: n})
 	usersKey := h.keys.users(h.instance)
 	_, err := h.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		if closed != "" {
+			p.ZRem(ctx, h.keys.conns(user), closed)
+		}
 		if n > 0 {
 			p.HSet(ctx, usersKey, strconv.FormatInt(user, 10), n)
 			p.PExpire(ctx, usersKey, lease)
@@ -344,8 +353,7 @@ func (h *Hub) release(s *subscription) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	// What fails here ends with the leases.
-	_ = h.rdb.ZRem(ctx, h.keys.conns(s.user), s.member).Err()
-	_ = h.announce(ctx, s.user)
+	_ = h.announce(ctx, s.user, s.member)
 }
 
 // handle takes one message of the inbox.
