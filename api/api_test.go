@@ -46,6 +46,26 @@ type setupOpts struct {
 	configure func(*api.Config)
 }
 
+// newFeeds is feed.New for a configuration that is valid.
+func newFeeds(t tb, rdb redis.UniversalClient, st feed.Store, cfg feed.Config) *feed.Feeds {
+	t.Helper()
+	f, err := feed.New(rdb, st, cfg)
+	if err != nil {
+		t.Fatalf("feed.New: %v", err)
+	}
+	return f
+}
+
+// newAPI is api.New for a configuration that is valid.
+func newAPI(t tb, posts api.Posts, graph api.Graph, feeds api.Feeds, cfg api.Config) *echo.Echo {
+	t.Helper()
+	e, err := api.New(posts, graph, feeds, cfg)
+	if err != nil {
+		t.Fatalf("api.New: %v", err)
+	}
+	return e
+}
+
 func setup(t *testing.T) (*echo.Echo, *testBundle) {
 	t.Helper()
 	return setupWith(t, setupOpts{})
@@ -56,12 +76,12 @@ func setupWith(t *testing.T, opts setupOpts) (*echo.Echo, *testBundle) {
 	pool := testenv.NewPool(t)
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50, MaxLen: opts.feedMaxLen})
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, MaxLen: opts.feedMaxLen})
 	cfg := api.Config{Secret: testSecret}
 	if opts.configure != nil {
 		opts.configure(&cfg)
 	}
-	e := api.New(db, db, feeds, cfg)
+	e := newAPI(t, db, db, feeds, cfg)
 	srv := httptest.NewServer(e)
 	t.Cleanup(srv.Close)
 	return e, &testBundle{pool: pool, db: db, rdb: rdb, prefix: prefix, feeds: feeds, srv: srv, secret: testSecret}

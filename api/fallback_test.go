@@ -41,7 +41,7 @@ func TestFeedFallbackIsBounded(t *testing.T) {
 	t.Cleanup(func() { _ = rdb.Close() })
 	truth := &heldTruth{DB: db, entered: make(chan struct{}), release: make(chan struct{})}
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.New(db, db, feed.New(rdb, db, feed.Config{}), api.Config{
+	srv := httptest.NewServer(newAPI(t, db, db, newFeeds(t, rdb, db, feed.Config{}), api.Config{
 		Secret: testSecret, Truth: truth, FallbackConcurrency: 1, Registerer: reg,
 	}))
 	t.Cleanup(srv.Close)

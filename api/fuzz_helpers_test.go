@@ -59,9 +59,15 @@ func newFuzzEnv(tb testing.TB) *fuzzEnv {
 	rdb, prefix := testenv.NewRedis(tb)
 	writes := &fuzzRedisWrites{}
 	rdb.AddHook(writes)
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
+	feeds, err := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	// Defaults everywhere else: no rate limits, no PostgreSQL fallback.
-	e := New(db, db, feeds, Config{Secret: fuzzSecret})
+	e, err := New(db, db, feeds, Config{Secret: fuzzSecret})
+	if err != nil {
+		tb.Fatal(err)
+	}
 	spec, err := openapitest.Load()
 	if err != nil {
 		tb.Fatal(err)

@@ -215,7 +215,7 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster 
 	if err := pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM outbox`).Scan(&p.firstEvent); err != nil {
 		t.Fatalf("%v", err)
 	}
-	p.feeds = feed.New(rdb, db, feed.Config{
+	p.feeds = newFeeds(t, rdb, db, feed.Config{
 		Prefix:             prefix,
 		MaxLen:             cfg.MaxLen,
 		Backfill:           cfg.Backfill,
@@ -231,7 +231,7 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster 
 		t.Fatalf("%v", err)
 	}
 	p.disp = disp
-	p.e = api.New(db, db, p.feeds, api.Config{Secret: testSecret})
+	p.e = newAPI(t, db, db, p.feeds, api.Config{Secret: testSecret})
 	w, err := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
 		Concurrency:     4,
 		PageSize:        cfg.PageSize,

@@ -30,10 +30,10 @@ func observed(t *testing.T, cfg api.Config) (*testBundle, *observer.ObservedLogs
 	pool := testenv.NewPool(t)
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
 	core, logs := observer.New(zapcore.DebugLevel)
 	cfg.Secret, cfg.Logger = testSecret, zap.New(core)
-	srv := httptest.NewServer(api.New(db, db, feeds, cfg))
+	srv := httptest.NewServer(newAPI(t, db, db, feeds, cfg))
 	t.Cleanup(srv.Close)
 	return &testBundle{pool: pool, db: db, rdb: rdb, prefix: prefix, feeds: feeds, srv: srv, secret: testSecret}, logs
 }
@@ -187,7 +187,7 @@ func TestAccessLog(t *testing.T) {
 
 		core, quiet := observer.New(zapcore.InfoLevel)
 		rdb, prefix := testenv.NewRedis(t)
-		off := httptest.NewServer(api.New(b.db, b.db, feed.New(rdb, b.db, feed.Config{Prefix: prefix}),
+		off := httptest.NewServer(newAPI(t, b.db, b.db, newFeeds(t, rdb, b.db, feed.Config{Prefix: prefix}),
 			api.Config{Secret: testSecret, Logger: zap.New(core), AccessLogLevel: zapcore.DebugLevel}))
 		t.Cleanup(off.Close)
 		(&testBundle{srv: off, secret: testSecret}).get(t, 1, "/v1/feed")
@@ -212,9 +212,9 @@ func TestOutageLoggedOnce(t *testing.T) {
 	t.Cleanup(pool.Close)
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix})
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix})
 	serve := func(outages api.Outages, log *zap.Logger) *testBundle {
-		srv := httptest.NewServer(api.New(db, db, feeds, api.Config{Secret: testSecret, Logger: log, Outages: outages}))
+		srv := httptest.NewServer(newAPI(t, db, db, feeds, api.Config{Secret: testSecret, Logger: log, Outages: outages}))
 		t.Cleanup(srv.Close)
 		return &testBundle{srv: srv, secret: testSecret}
 	}

@@ -38,7 +38,7 @@ func TestEveryRouteIsDescribed(t *testing.T) {
 	t.Parallel()
 	spec, err := openapitest.Load()
 	require.NoError(t, err)
-	e := api.New(nil, nil, nil, api.Config{Secret: testSecret, Ops: http.NotFoundHandler(),
+	e := newAPI(t, nil, nil, nil, api.Config{Secret: testSecret, Ops: http.NotFoundHandler(),
 		App: web.New(web.Config{Dev: true}), DevTokens: true})
 	reached := map[string]bool{}
 	for _, r := range e.Routes() {

@@ -33,7 +33,7 @@ func limitedServers(t *testing.T, n, postsPerMinute, followsPerMinute int, limit
 	reg := prometheus.NewRegistry()
 	var bundles []*testBundle
 	for i := range n {
-		feeds := feed.New(rdb, db, feed.Config{Prefix: prefix})
+		feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix})
 		cfg := api.Config{
 			Secret:           testSecret,
 			RateLimiter:      ratelimit.New(limiterRedis, prefix),
@@ -43,7 +43,7 @@ func limitedServers(t *testing.T, n, postsPerMinute, followsPerMinute int, limit
 		if i == 0 {
 			cfg.Registerer = reg
 		}
-		srv := httptest.NewServer(api.New(db, db, feeds, cfg))
+		srv := httptest.NewServer(newAPI(t, db, db, feeds, cfg))
 		t.Cleanup(srv.Close)
 		bundles = append(bundles, &testBundle{pool: pool, db: db, rdb: rdb, prefix: prefix, feeds: feeds, srv: srv, secret: testSecret})
 	}

@@ -30,9 +30,9 @@ func replicaBundle(t *testing.T, primary, read *pgxpool.Pool, positionsRedis red
 	if positionsRedis == nil {
 		positionsRedis = rdb
 	}
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(api.New(db, db, feeds, api.Config{
+	srv := httptest.NewServer(newAPI(t, db, db, feeds, api.Config{
 		Secret: testSecret,
 		ReadYourWrites: &api.ReadYourWrites{
 			Positions:   sticky.New(positionsRedis, prefix),

@@ -8,18 +8,15 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
-	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/zap"
-	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
@@ -48,83 +45,6 @@ type Feeds interface {
 	Unfollowed(ctx context.Context, follower, followee int64) error
 	Drop(ctx context.Context, userID int64) error
 	ForgetPost(ctx context.Context, postID int64) error
-}
-
-// Config configures the API.
-type Config struct {
-	// Secret is the HS256 key of bearer tokens. Required.
-	Secret []byte
-	// MaxChars is the longest post body in characters. Defaults to 1000.
-	MaxChars int
-	// OutboxWrittenFunc, if set, is called after each committed outbox write
-	// (to wake dispatchers).
-	OutboxWrittenFunc func()
-	// Ops serves /metrics, /healthz and /readyz beside the API.
-	Ops http.Handler
-	// FallbackConcurrency bounds the feed reads served from PostgreSQL at
-	// once while Redis does not answer (feed.fallback_concurrency); beyond
-	// it a read answers 503. Defaults to 16.
-	FallbackConcurrency int
-	// Truth reads home feeds from PostgreSQL when Redis cannot; nil: no
-	// fallback, a read answers 503.
-	Truth TruthReader
-	// RateLimiter counts posts and follows per user, across processes; nil:
-	// no limits.
-	RateLimiter RateLimiter
-	// PostsPerMinute is ratelimit.posts_per_minute: posts one user may
-	// create a minute. 0: no limit.
-	PostsPerMinute int
-	// FollowsPerMinute is ratelimit.follows_per_minute: follows and
-	// unfollows one user may make a minute. 0: no limit.
-	FollowsPerMinute int
-	// Registerer receives the HTTP request histogram. Defaults to none.
-	Registerer prometheus.Registerer
-	// ReadYourWrites, when set (database.read_url names a replica), sends a
-	// caller's listings to the primary while the replica has not replayed
-	// the caller's own recent writes. nil: listings read where posts and
-	// graph read.
-	ReadYourWrites *ReadYourWrites
-	// App is the web app, served at / and its assets without
-	// authentication. nil: no app, / answers 404.
-	App App
-	// DevTokens adds POST /dev/token, which signs a token for any user id
-	// it is given: for --dev only, where the secret is public. Without it
-	// the route does not exist (404).
-	DevTokens bool
-	// Logger defaults to a no-op logger. Every line of a request carries
-	// its request id.
-	Logger *zap.Logger
-	// AccessLogLevel is the level of the access log's line per request
-	// (log.access_level): below the logger's level, there is none.
-	// Defaults to info.
-	AccessLogLevel zapcore.Level
-	// Outages tells whether a dependency outage, logged once by whoever
-	// watches the dependencies, explains a failure: a request that fails
-	// during one logs at debug instead of warn or error. nil: nothing is
-	// explained.
-	Outages Outages
-	// TracerProvider, when set (tracing.endpoint), traces every request
-	// (a server span, the child of the caller's traceparent if any) and
-	// the create transaction, whose trace context the post's outbox row
-	// keeps. nil: no tracing, at no cost.
-	TracerProvider trace.TracerProvider
-	// Live, when set, serves GET /v1/feed/stream: the caller's home feed as
-	// Server-Sent Events. nil: no live streams, the route answers 503.
-	Live Live
-	// Changes tells the caller's open streams, in any process, of the
-	// follows and unfollows made here (live.Publisher). nil: nobody.
-	Changes FollowChanges
-	// StreamHeartbeat is how often an idle stream sends a comment line
-	// (stream.heartbeat). Defaults to DefaultStreamHeartbeat (15s).
-	StreamHeartbeat time.Duration
-	// StreamMaxDuration is how long a stream stays open before the server
-	// ends it, so that clients reconnect through load balancers
-	// (stream.max_duration). Defaults to DefaultStreamMaxDuration (1h).
-	StreamMaxDuration time.Duration
-	// StreamCatchUp is how often a stream reads the top of its feed for
-	// what the live channel may have lost. Defaults to
-	// DefaultStreamCatchUp (1m).
-	StreamCatchUp time.Duration
 }
 
 // FollowChanges is told of a follow or an unfollow once the feed has it.
@@ -165,29 +85,13 @@ type Server struct {
 	tracing  bool // cfg.TracerProvider was set
 }
 
-// New builds the echo instance serving the API.
-func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
-	if cfg.MaxChars <= 0 {
-		cfg.MaxChars = 1000
+// New builds the echo instance serving the API. It returns an error, naming
+// the field, when cfg holds a value out of range.
+func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.OutboxWrittenFunc == nil {
-		cfg.OutboxWrittenFunc = func() {}
-	}
-	if cfg.FallbackConcurrency <= 0 {
-		cfg.FallbackConcurrency = 16
-	}
-	if cfg.StreamHeartbeat <= 0 {
-		cfg.StreamHeartbeat = DefaultStreamHeartbeat
-	}
-	if cfg.StreamMaxDuration <= 0 {
-		cfg.StreamMaxDuration = DefaultStreamMaxDuration
-	}
-	if cfg.StreamCatchUp <= 0 {
-		cfg.StreamCatchUp = DefaultStreamCatchUp
-	}
+	cfg = cfg.withDefaults()
 	s := &Server{posts: posts, graph: graph, feeds: feeds, cfg: cfg, log: cfg.Logger}
 	s.tracing = cfg.TracerProvider != nil
 	if !s.tracing {
@@ -233,7 +137,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) *echo.Echo {
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
 	e.GET("/v1/feed/stream", s.feedStream, streamAuth(cfg.Secret), strictQuery)
 	s.mountApp(e)
-	return e
+	return e, nil
 }
 
 // serveOpenAPI answers docs/openapi.yaml, as YAML (RFC 9512).

@@ -32,15 +32,6 @@ type Live interface {
 	Subscribe(ctx context.Context, userID int64) (domain.LiveSubscription, error)
 }
 
-// The defaults of the stream's settings in Config.
-const (
-	DefaultStreamHeartbeat   = 15 * time.Second
-	DefaultStreamMaxDuration = time.Hour
-	// DefaultStreamCatchUp is how often a stream reads the top of its feed
-	// for what the live channel may have lost.
-	DefaultStreamCatchUp = time.Minute
-)
-
 // Bounds of a stream's work.
 const (
 	// streamWriteTimeout: a client that takes longer to take one event is

@@ -68,7 +68,7 @@ func startLive(t *testing.T, opts liveOpts) *liveSystem {
 	pool := testenv.NewPool(t)
 	db := store.New(pool, nil)
 	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
-	feeds := feed.New(rdb, db, feed.Config{Prefix: prefix, Backfill: 50, Cluster: cluster, CelebrityThreshold: opts.celebrityThreshold})
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, Cluster: cluster, CelebrityThreshold: opts.celebrityThreshold})
 	q := queue.New(rdb, prefix+"tickets", "fanout")
 	require.NoError(t, q.EnsureGroup(ctx))
 	disp, err := outbox.NewDispatcher(db, q, outbox.Config{PollInterval: 10 * time.Millisecond})
@@ -88,7 +88,7 @@ func startLive(t *testing.T, opts liveOpts) *liveSystem {
 		})
 		require.NoError(t, err)
 		run(hub.Run)
-		e := api.New(db, db, feeds, api.Config{Secret: testSecret, Live: hub, Changes: pub, StreamCatchUp: time.Hour})
+		e := newAPI(t, db, db, feeds, api.Config{Secret: testSecret, Live: hub, Changes: pub, StreamCatchUp: time.Hour})
 		srv := httptest.NewUnstartedServer(e)
 		if opts.smallBuffers {
 			srv.Listener = smallBufferListener{srv.Listener}

@@ -84,6 +84,10 @@ type System struct {
 	live *live.Publisher
 	// hub holds the live streams of a process that serves the API.
 	hub *live.Hub
+	// liveMu guards the making of live and hub, once per System (their
+	// metrics are registered once), when several Runs start at once (the
+	// bench runs the API and the workers of one System apart).
+	liveMu sync.Mutex
 
 	// health watches PostgreSQL and Redis: /readyz asks it, and it logs
 	// each outage once, for every role.
@@ -172,9 +176,13 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 	// The API's writes to feeds are a head start that the events' fan-out
 	// does again: only the workers wait for replicas (redis.wait_replicas).
-	s.Feeds = feed.New(rdb, s.Store, feeds)
+	if s.Feeds, err = feed.New(rdb, s.Store, feeds); err != nil {
+		return nil, err
+	}
 	feeds.WaitReplicas, feeds.WaitTimeout = cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout
-	s.fanoutFeeds = feed.New(rdb, s.Store, feeds)
+	if s.fanoutFeeds, err = feed.New(rdb, s.Store, feeds); err != nil {
+		return nil, err
+	}
 	s.Queue, err = queue.NewPartitioned(rdb, queue.Config{
 		Stream:     cfg.Redis.Prefix + cfg.Queue.Stream,
 		Group:      cfg.Queue.Group,
@@ -246,26 +254,25 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 		opts.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(opts)
 	}
-	deadline := time.Now().Add(cfg.Database.ConnectWait)
-	wait := backoff.Doubling{Max: 2 * time.Second}
-	for {
-		delay := wait.Next()
-		pingCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		err := rdb.Ping(pingCtx).Err()
-		cancel()
-		if err == nil {
-			return rdb, nil
+	err := backoff.Retry(ctx, cfg.Database.ConnectWait, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		err := rdb.Ping(ctx).Err()
+		if optional {
+			return backoff.Permanent(err) // no wait: the process starts without it
 		}
-		if optional && ctx.Err() == nil {
-			log.Warn("Redis does not answer; starting without it: writes go to PostgreSQL alone, feed reads too, until it does",
-				zap.String("key", "redis.url"), zap.Error(err))
-			return rdb, nil
-		}
-		if time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
-			_ = rdb.Close()
-			return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
-		}
-		backoff.Sleep(ctx, delay)
+		return err
+	})
+	switch {
+	case err == nil:
+		return rdb, nil
+	case optional && ctx.Err() == nil:
+		log.Warn("Redis does not answer; starting without it: writes go to PostgreSQL alone, feed reads too, until it does",
+			zap.String("key", "redis.url"), zap.Error(err))
+		return rdb, nil
+	default:
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
 	}
 }
 
@@ -338,6 +345,17 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 // stopped it (the first one a piece returned: a port already taken, say),
 // or nil when ctx ended and everything stopped.
 func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
+	return s.run(ctx, roles, secret, true)
+}
+
+// runWithoutLive runs roles without the live path: workers tell no live
+// publisher what they wrote (fan-out as it was before live streams), the
+// bench's baseline for what the live path adds.
+func (s *System) runWithoutLive(ctx context.Context, roles []Role, secret []byte) error {
+	return s.run(ctx, roles, secret, false)
+}
+
+func (s *System) run(ctx context.Context, roles []Role, secret []byte, withLive bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopDraining := context.AfterFunc(ctx, func() { s.drain(runCtx, slices.Contains(roles, RoleServe)); cancel() })
@@ -345,7 +363,7 @@ func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return s.health.Run(gctx) })
 	g.Go(func() error { return s.checkRedisSettings(gctx) })
-	if err := s.startRoles(gctx, g, roles, secret); err != nil {
+	if err := s.startRoles(gctx, g, roles, secret, withLive); err != nil {
 		cancel() // what had started stops
 		_ = g.Wait()
 		return err
@@ -387,15 +405,11 @@ func (s *System) drain(runCtx context.Context, servesAPI bool) {
 // startRoles builds each role and starts its pieces in g; the first role
 // that cannot start ends it with its error. The ops server comes last, so
 // that /healthz answering means every listener of the process is bound.
-func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte) error {
+func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte, withLive bool) error {
 	has := func(r Role) bool { return slices.Contains(roles, r) }
-	if has(RoleServe) || has(RoleWork) {
-		if s.live == nil { // once per System: its metrics are registered once
-			s.live = live.NewPublisher(s.Redis, live.PublisherConfig{
-				Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Registerer: s.registry,
-			})
-		}
-		g.Go(func() error { return s.live.Run(ctx) })
+	if withLive && (has(RoleServe) || has(RoleWork)) {
+		pub := s.publisher()
+		g.Go(func() error { return pub.Run(ctx) })
 	}
 	if has(RoleServe) {
 		if err := s.serveRole(ctx, g, secret); err != nil {
@@ -408,7 +422,11 @@ func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role
 		}
 	}
 	if has(RoleWork) {
-		if err := s.workRole(ctx, g); err != nil {
+		var changes fanout.Live // nil: nobody is told
+		if withLive {
+			changes = s.publisher()
+		}
+		if err := s.workRole(ctx, g, changes); err != nil {
 			return err
 		}
 	}
@@ -459,24 +477,12 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 	}
 	// Live streams: this process's hub holds them and hears from every
 	// worker what changed in their readers' feeds.
-	if s.hub == nil { // once per System: its metrics are registered once
-		hub, err := live.NewHub(s.Redis, live.HubConfig{
-			Prefix:         cfg.Redis.Prefix,
-			MaxPerUser:     cfg.Stream.MaxPerUser,
-			MaxConnections: cfg.Stream.MaxConnections,
-			Posts:          s.Feeds,
-			Follows:        s.Feeds,
-			Logger:         s.Log.Named("live"),
-			Registerer:     s.registry,
-		})
-		if err != nil {
-			return fmt.Errorf("serve: %w", err)
-		}
-		s.hub = hub
+	hub, err := s.liveHub()
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
 	}
-	hub := s.hub
 	g.Go(func() error { return hub.Run(ctx) })
-	e := api.New(s.Store, s.Store, s.Feeds, api.Config{
+	e, err := api.New(s.Store, s.Store, s.Feeds, api.Config{
 		Secret:            secret,
 		MaxChars:          cfg.Posts.MaxChars,
 		OutboxWrittenFunc: outboxWritten,
@@ -497,7 +503,7 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		TracerProvider:   s.tracerProvider,
 
 		Live:              hub,
-		Changes:           s.live,
+		Changes:           s.publisher(),
 		StreamHeartbeat:   cfg.Stream.Heartbeat,
 		StreamMaxDuration: cfg.Stream.MaxDuration,
 
@@ -505,7 +511,45 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		App:       web.New(web.Config{Dev: s.Dev}),
 		DevTokens: s.Dev,
 	})
+	if err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	return s.serveHTTP(ctx, g, "api", cfg.HTTP.Addr, e)
+}
+
+// publisher returns the System's live publisher, made on first use.
+func (s *System) publisher() *live.Publisher {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if s.live == nil { // once per System: its metrics are registered once
+		s.live = live.NewPublisher(s.Redis, live.PublisherConfig{
+			Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Registerer: s.registry,
+		})
+	}
+	return s.live
+}
+
+// liveHub returns the System's hub of live streams, made on first use.
+func (s *System) liveHub() (*live.Hub, error) {
+	s.liveMu.Lock()
+	defer s.liveMu.Unlock()
+	if s.hub == nil { // once per System: its metrics are registered once
+		cfg := s.Config
+		hub, err := live.NewHub(s.Redis, live.HubConfig{
+			Prefix:         cfg.Redis.Prefix,
+			MaxPerUser:     cfg.Stream.MaxPerUser,
+			MaxConnections: cfg.Stream.MaxConnections,
+			Posts:          s.Feeds,
+			Follows:        s.Feeds,
+			Logger:         s.Log.Named("live"),
+			Registerer:     s.registry,
+		})
+		if err != nil {
+			return nil, err
+		}
+		s.hub = hub
+	}
+	return s.hub, nil
 }
 
 // dispatchRole runs the dispatcher, the listener that wakes it (with
@@ -549,7 +593,7 @@ func (s *System) dispatchRole(ctx context.Context, g *errgroup.Group) error {
 }
 
 // workRole runs the fan-out workers.
-func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
+func (s *System) workRole(ctx context.Context, g *errgroup.Group, changes fanout.Live) error {
 	cfg := s.Config
 	if err := s.Queue.EnsureGroup(ctx); err != nil {
 		s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
@@ -568,7 +612,7 @@ func (s *System) workRole(ctx context.Context, g *errgroup.Group) error {
 		Logger:          s.Log.Named("work"),
 		Outages:         s.health,
 		TracerProvider:  s.tracerProvider,
-		Live:            s.live,
+		Live:            changes,
 	})
 	if err != nil {
 		return fmt.Errorf("work: %w", err)

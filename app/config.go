@@ -9,6 +9,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/fanout"
+	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/backoff"
 	"github.com/newsfeed/newsfeed/live"
 	"github.com/newsfeed/newsfeed/outbox"
@@ -242,7 +243,7 @@ var defaults = map[string]any{
 	"redis.cluster":                false,
 	"redis.prefix":                 "nf:",
 	"redis.wait_replicas":          0,
-	"redis.wait_timeout":           "1s",
+	"redis.wait_timeout":           queue.DefaultWaitTimeout.String(),
 	"redis.configure":              false,
 	"http.addr":                    ":8080",
 	"http.read_header_timeout":     "5s",
@@ -255,15 +256,15 @@ var defaults = map[string]any{
 	"metrics.pprof":                false,
 	"auth.secret":                  "",
 	"admin.token":                  "",
-	"posts.max_chars":              1000,
-	"feed.max_len":                 800,
-	"feed.backfill":                50,
-	"feed.rebuild_wait":            "5s",
-	"feed.fallback_concurrency":    16,
-	"feed.active_days":             30,
+	"posts.max_chars":              api.DefaultMaxChars,
+	"feed.max_len":                 feed.DefaultMaxLen,
+	"feed.backfill":                feed.RecommendedBackfill,
+	"feed.rebuild_wait":            feed.DefaultRebuildWait.String(),
+	"feed.fallback_concurrency":    api.DefaultFallbackConcurrency,
+	"feed.active_days":             int(feed.DefaultActiveTTL / (24 * time.Hour)),
 	"fanout.chunk_size":            fanout.DefaultChunkSize,
 	"fanout.page_size":             fanout.DefaultPageSize,
-	"fanout.celebrity_threshold":   10000,
+	"fanout.celebrity_threshold":   feed.RecommendedCelebrityThreshold,
 	"fanout.concurrency":           fanout.DefaultConcurrency,
 	"outbox.batch_size":            outbox.DefaultBatchSize,
 	"outbox.poll_interval":         outbox.DefaultPollInterval.String(),
@@ -274,9 +275,9 @@ var defaults = map[string]any{
 	"outbox.backoff_base":          backoff.DefaultSchedule.Base.String(),
 	"outbox.backoff_max":           backoff.DefaultSchedule.Max.String(),
 	"outbox.retention":             outbox.DefaultRetention.String(),
-	"queue.stream":                 "tickets",
-	"queue.group":                  "fanout",
-	"queue.partitions":             1,
+	"queue.stream":                 queue.DefaultStream,
+	"queue.group":                  queue.DefaultGroup,
+	"queue.partitions":             queue.DefaultPartitions,
 	"queue.claim_idle":             fanout.DefaultClaimIdle.String(),
 	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
 	"log.level":                    "info",

@@ -103,30 +103,73 @@ func TestDocsNameTheMetricsThatExist(t *testing.T) {
 	require.Empty(t, unknown, "metrics named in docs/API.md that the code does not register")
 }
 
-// markdownLink is the target of an inline Markdown link or image.
-var markdownLink = regexp.MustCompile(`\]\(([^)\s]*)`)
+// markdownLink is the target of an inline Markdown link or image;
+// markdownReference, of a reference definition ("[name]: target").
+var (
+	markdownLink      = regexp.MustCompile(`\]\(([^)\s]*)`)
+	markdownReference = regexp.MustCompile(`(?m)^ {0,3}\[[^\]]+\]:\s*<?([^\s>]+)`)
+)
+
+// repositoryDocs returns the Markdown a reader of the repository is sent to,
+// as slash paths from its root: README.md and every docs/*.md.
+func repositoryDocs(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	require.NoError(t, err)
+	names := []string{"README.md"}
+	for _, d := range docs {
+		names = append(names, path.Join("docs", filepath.Base(d)))
+	}
+	require.Contains(t, names, "docs/API.md")
+	return names
+}
 
 // TestDocsStayInsideTheRepository: whoever clones the repository has nothing
-// else, so docs/API.md links only to files of the repository that exist,
-// and names no path outside it.
+// else, so README.md and every docs/*.md link only to files of the
+// repository that exist (relative to the file, without climbing out of the
+// repository) or to http(s) addresses, and name no path outside it.
+// docs/API.md, the reference, links to no address at all.
 func TestDocsStayInsideTheRepository(t *testing.T) {
 	t.Parallel()
-	doc := readAPIDoc(t)
-	for _, outside := range []string{"../shared", "shared/API.md", "/work/", "../../"} {
-		require.False(t, strings.Contains(doc, outside), "docs/API.md names a path outside the repository: %s", outside)
+	for _, name := range repositoryDocs(t) {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			raw, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(name)))
+			require.NoError(t, err)
+			doc := string(raw)
+			for _, outside := range []string{"../shared", "shared/API.md", "/work/", "../../"} {
+				require.False(t, strings.Contains(doc, outside), "%s names a path outside the repository: %s", name, outside)
+			}
+			var targets []string
+			for _, re := range []*regexp.Regexp{markdownLink, markdownReference} {
+				for _, m := range re.FindAllStringSubmatch(doc, -1) {
+					targets = append(targets, m[1])
+				}
+			}
+			for _, target := range targets {
+				checkDocLink(t, name, target)
+			}
+		})
 	}
-	for _, m := range markdownLink.FindAllStringSubmatch(doc, -1) {
-		target := m[1]
-		if target == "" || strings.HasPrefix(target, "#") {
-			continue
-		}
-		require.False(t, strings.Contains(target, "://"), "docs/API.md links outside the repository: %s", target)
-		require.False(t, path.IsAbs(target), "docs/API.md links to an absolute path: %s", target)
-		file, _, _ := strings.Cut(target, "#")
-		inRepo := path.Clean(path.Join("docs", file))
-		require.False(t, inRepo == ".." || strings.HasPrefix(inRepo, "../"),
-			"docs/API.md links outside the repository: %s", target)
-		_, err := os.Stat(filepath.Join("..", filepath.FromSlash(inRepo)))
-		require.NoError(t, err, "docs/API.md links to a file the repository does not have: %s", target)
+}
+
+// checkDocLink checks one link target of the Markdown file name.
+func checkDocLink(t *testing.T, name, target string) {
+	t.Helper()
+	if target == "" || strings.HasPrefix(target, "#") {
+		return
 	}
+	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+		require.NotEqual(t, "docs/API.md", name, "docs/API.md links outside the repository: %s", target)
+		require.True(t, strings.HasPrefix(target, "https://") || strings.HasPrefix(target, "http://"),
+			"%s links to an address that is not http(s): %s", name, target)
+		return
+	}
+	require.False(t, path.IsAbs(target), "%s links to an absolute path: %s", name, target)
+	file, _, _ := strings.Cut(target, "#")
+	inRepo := path.Clean(path.Join(path.Dir(name), file))
+	require.False(t, inRepo == ".." || strings.HasPrefix(inRepo, "../"),
+		"%s links outside the repository: %s", name, target)
+	_, err := os.Stat(filepath.Join("..", filepath.FromSlash(inRepo)))
+	require.NoError(t, err, "%s links to a file the repository does not have: %s", name, target)
 }

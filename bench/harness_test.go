@@ -62,8 +62,10 @@ func healthz(t *testing.T) (string, func(ctx context.Context) error) {
 			return err
 		}
 		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})}
-		go func() { <-ctx.Done(); _ = srv.Close() }()
+		closed := make(chan struct{})
+		go func() { defer close(closed); <-ctx.Done(); _ = srv.Close() }()
 		_ = srv.Serve(ln)
+		<-closed // the listener and every connection too: once front returns, nothing answers
 		return nil
 	}
 }
@@ -145,7 +147,8 @@ func TestAttach(t *testing.T) {
 	url, front := healthz(t)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
-	go func() { _ = front(ctx) }()
+	frontDone := make(chan struct{})
+	go func() { defer close(frontDone); _ = front(ctx) }()
 	var closed bool
 	h, cleanup, err := Attach(context.Background(), Harness{APIURL: url, Prefix: "p:"}, func() { closed = true })
 	require.NoError(t, err)
@@ -156,6 +159,7 @@ func TestAttach(t *testing.T) {
 	require.True(t, closed)
 
 	stop()
+	<-frontDone // the server is closed, not only told to close
 	short, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	closed = false

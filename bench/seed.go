@@ -148,7 +148,11 @@ func (r *runner) seed(ctx context.Context) error {
 // seeder writes feeds the way the feed package stores them, for the feed
 // settings the system runs with (the prefix and feed.max_len).
 func (r *runner) seeder() *feed.Feeds {
-	return feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix, MaxLen: r.opts.MaxLen})
+	seeder, err := feed.New(r.rdb, nil, feed.Config{Prefix: r.h.Prefix, MaxLen: r.opts.MaxLen})
+	if err != nil {
+		panic(err) // setDefaults made MaxLen, the one field set here that could be out of range, positive
+	}
+	return seeder
 }
 
 // seedFeeds makes complete, whole (empty) feeds with their following hashes

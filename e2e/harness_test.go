@@ -584,7 +584,9 @@ func (c *cluster) markFeedsBuilt(users []int64) {
 	ctx := context.Background()
 	readers, err := store.New(c.pool, nil).FolloweesOf(ctx, users)
 	require.NoError(c.t, err)
-	require.NoError(c.t, feed.New(c.redis(), nil, feed.Config{Prefix: c.prefix, Cluster: c.onCluster}).SeedEmpty(ctx, readers))
+	seeder, err := feed.New(c.redis(), nil, feed.Config{Prefix: c.prefix, Cluster: c.onCluster})
+	require.NoError(c.t, err)
+	require.NoError(c.t, seeder.SeedEmpty(ctx, readers))
 }
 
 // feedsHolding returns how many of users have postID in their feed in Redis

@@ -77,7 +77,9 @@ func (b *testBundle) countedFeeds(t *testing.T, cfg feed.Config) (*feed.Feeds, *
 	counter := &feedCommands{prefix: feed.KeyPrefix(b.prefix)}
 	rdb.AddHook(counter)
 	cfg.Prefix = b.prefix
-	return feed.New(rdb, b.db, cfg), counter
+	feeds, err := feed.New(rdb, b.db, cfg)
+	require.NoError(t, err)
+	return feeds, counter
 }
 
 // feedsHolding counts the users whose feed holds the post, in one round trip.

@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/defaults"
 )
 
 // The defaults of Config: a zero field takes its default.
@@ -134,11 +135,8 @@ func (c *Config) validate() error {
 	)
 }
 
-func nonNegative[T int | int64 | time.Duration](field string, v, def T) error {
-	if v >= 0 {
-		return nil
-	}
-	return fmt.Errorf("fanout: Config.%s is %v, out of range: it must be positive, or 0 for the default %v", field, v, def)
+func nonNegative[T defaults.Number](field string, v, def T) error {
+	return defaults.NotNegative("fanout", field, v, defaults.The(def))
 }
 
 // nonNegativeBackoff checks a field of Backoff, which takes its default
@@ -152,14 +150,14 @@ func nonNegativeBackoff(field string, v time.Duration) error {
 
 // setDefaults fills the zero fields of a valid Config.
 func (c *Config) setDefaults() {
-	setDefault(&c.Concurrency, DefaultConcurrency)
-	setDefault(&c.PageSize, DefaultPageSize)
-	setDefault(&c.ChunkSize, DefaultChunkSize)
-	setDefault(&c.ClaimIdle, DefaultClaimIdle)
-	setDefault(&c.MaxDeliveries, DefaultMaxDeliveries)
-	setDefault(&c.MaxAttempts, DefaultMaxAttempts)
-	setDefault(&c.RedeliverAfter, DefaultRedeliverAfter)
-	setDefault(&c.ShutdownTimeout, DefaultShutdownTimeout)
+	defaults.Fill(&c.Concurrency, DefaultConcurrency)
+	defaults.Fill(&c.PageSize, DefaultPageSize)
+	defaults.Fill(&c.ChunkSize, DefaultChunkSize)
+	defaults.Fill(&c.ClaimIdle, DefaultClaimIdle)
+	defaults.Fill(&c.MaxDeliveries, DefaultMaxDeliveries)
+	defaults.Fill(&c.MaxAttempts, DefaultMaxAttempts)
+	defaults.Fill(&c.RedeliverAfter, DefaultRedeliverAfter)
+	defaults.Fill(&c.ShutdownTimeout, DefaultShutdownTimeout)
 	if c.Backoff == (backoff.Schedule{}) {
 		c.Backoff = backoff.DefaultSchedule
 	}
@@ -178,11 +176,5 @@ func (c *Config) setDefaults() {
 	}
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
-	}
-}
-
-func setDefault[T int | int64 | time.Duration](v *T, def T) {
-	if *v == 0 {
-		*v = def
 	}
 }

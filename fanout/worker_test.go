@@ -65,12 +65,14 @@ func setup(t *testing.T, cfg fanout.Config, feedCfg feed.Config) (*fanout.Worker
 	q := queue.New(rdb, prefix+"tickets", "fanout")
 	require.NoError(t, q.EnsureGroup(t.Context()))
 	reg := prometheus.NewRegistry()
+	feeds, err := feed.New(rdb, db, feedCfg)
+	require.NoError(t, err)
 	b := &testBundle{
 		pool:    pool,
 		db:      db,
 		rdb:     rdb,
 		prefix:  prefix,
-		feeds:   feed.New(rdb, db, feedCfg),
+		feeds:   feeds,
 		queue:   q,
 		disp:    newDispatcher(t, db, q, outbox.Config{RedeliverAfter: time.Hour}),
 		reg:     reg,

@@ -36,7 +36,7 @@ func pushSetup(b testing.TB, rdb *redis.Client, prefix string) []int64 {
 		followers[i] = int64(i + 1)
 		readers[followers[i]] = []int64{benchAuthor}
 	}
-	if err := feed.New(rdb, nil, feed.Config{Prefix: prefix}).SeedEmpty(ctx, readers); err != nil {
+	if err := newFeeds(b, rdb, nil, feed.Config{Prefix: prefix}).SeedEmpty(ctx, readers); err != nil {
 		b.Fatalf("create feeds: %v", err)
 	}
 	return followers
@@ -46,7 +46,7 @@ func pushSetup(b testing.TB, rdb *redis.Client, prefix string) []int64 {
 // followers whose feeds exist, in one pipeline of script calls.
 func BenchmarkPush(b *testing.B) {
 	rdb, prefix := testenv.NewRedis(b)
-	feeds := feed.New(rdb, nil, feed.Config{Prefix: prefix})
+	feeds := newFeeds(b, rdb, nil, feed.Config{Prefix: prefix})
 	followers := pushSetup(b, rdb, prefix)
 	ctx := b.Context()
 
@@ -133,7 +133,7 @@ func readSetup(b *testing.B) *readBench {
 	pool := testenv.NewPool(b)
 	rdb, prefix := testenv.NewRedis(b)
 	st := &benchStore{DB: store.New(pool, nil)}
-	rb := &readBench{rdb: rdb, prefix: prefix, store: st, feeds: feed.New(rdb, st, feed.Config{Prefix: prefix}), reader: 1000}
+	rb := &readBench{rdb: rdb, prefix: prefix, store: st, feeds: newFeeds(b, rdb, st, feed.Config{Prefix: prefix}), reader: 1000}
 	// Written directly (no outbox rows): the posts are the data, not the subject.
 	_, err := pool.Exec(ctx, `
 INSERT INTO posts (author_id, body)

@@ -24,7 +24,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	cluster := rdb.(*redis.ClusterClient)
-	f := feed.New(rdb, store.New(testenv.NewPool(t), nil), feed.Config{Prefix: prefix, Cluster: true})
+	f := newFeeds(t, rdb, store.New(testenv.NewPool(t), nil), feed.Config{Prefix: prefix, Cluster: true})
 
 	const author = 1
 	followers := seedSpreadReaders(t, f, author)

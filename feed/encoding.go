@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -214,7 +213,7 @@ func (c setCmds) decode() (storedSet, error) {
 // string (WRONGTYPE: a sorted set an older version left), which reads as a
 // missing set.
 func failure(err error) error {
-	if err == nil || errors.Is(err, redis.Nil) || redis.HasErrorPrefix(err, "WRONGTYPE") {
+	if err == nil || isNil(err) || isWrongType(err) {
 		return nil
 	}
 	return err

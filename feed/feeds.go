@@ -34,53 +34,6 @@ type Store interface {
 	WritePosition(ctx context.Context) (int64, error)
 }
 
-// Config configures Feeds. Zero fields take the defaults named.
-type Config struct {
-	// Prefix is put before every Redis key. Defaults to "".
-	Prefix string
-	// MaxLen is entries kept per feed. Defaults to 800.
-	MaxLen int
-	// Backfill is how many recent posts of a newly followed author are
-	// merged into the follower's feed. Defaults to 0: none (the feed then
-	// keeps only what is newer than the followee's newest post, and reads
-	// find the rest in PostgreSQL).
-	Backfill int
-	// RebuildWait bounds how long a read waits for another reader's rebuild
-	// before it answers from PostgreSQL. Defaults to 5s.
-	RebuildWait time.Duration
-	// RebuildLock is how long a rebuild holds its lock; a rebuild slower
-	// than that loses it to the next reader's, and gives up. Defaults to 30s.
-	RebuildLock time.Duration
-	// PostTTL is how long a post stays in the post cache. Defaults to 24h.
-	PostTTL time.Duration
-	// ActiveTTL is how long a feed stays in Redis without being read
-	// (feed.active_days). Fan-out writes only feeds that exist, so readers
-	// who stay away cost neither memory nor fan-out work, and get their feed
-	// rebuilt when they return. Defaults to 30 days.
-	ActiveTTL time.Duration
-	// CelebrityThreshold: authors with more followers are pulled into feeds
-	// at read time instead of fanned out (fanout.celebrity_threshold).
-	// Defaults to 0: nobody is.
-	CelebrityThreshold int64
-	// Cluster tells that Redis is a Redis Cluster, where one script call
-	// cannot touch the feeds of many users. Defaults to false.
-	Cluster bool
-	// WaitReplicas is how many replicas of each primary written to must
-	// have a fan-out's writes before they count as done (redis.wait_replicas):
-	// with 1, a failover cannot lose a post whose delivery was recorded.
-	// Defaults to 0: the writes count once the primary has them.
-	WaitReplicas int
-	// WaitTimeout bounds the wait for those replicas; fewer in time fail
-	// the write, which is tried again (redis.wait_timeout). Defaults to 1s.
-	WaitTimeout time.Duration
-	// PushSlots is how many pushes of this Feeds run their scripts at once;
-	// the others wait, and go oldest post first (see pushOrder). Defaults
-	// to 2: one running in Redis, one on its way.
-	PushSlots int
-	// Logger defaults to a no-op logger.
-	Logger *zap.Logger
-}
-
 // Feeds reads and writes home feeds.
 type Feeds struct {
 	rdb      redis.UniversalClient
@@ -92,34 +45,15 @@ type Feeds struct {
 	order    *pushOrder
 }
 
-// New builds Feeds on a Redis client and the PostgreSQL store.
-func New(rdb redis.UniversalClient, store Store, cfg Config) *Feeds {
-	if cfg.MaxLen <= 0 {
-		cfg.MaxLen = 800
+// New builds Feeds on a Redis client and the PostgreSQL store. It returns
+// an error, naming the field, when cfg holds a value out of range.
+func New(rdb redis.UniversalClient, store Store, cfg Config) (*Feeds, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if cfg.RebuildWait <= 0 {
-		cfg.RebuildWait = 5 * time.Second
-	}
-	if cfg.RebuildLock <= 0 {
-		cfg.RebuildLock = 30 * time.Second
-	}
-	if cfg.PostTTL <= 0 {
-		cfg.PostTTL = 24 * time.Hour
-	}
-	if cfg.ActiveTTL <= 0 {
-		cfg.ActiveTTL = 30 * 24 * time.Hour
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = zap.NewNop()
-	}
-	if cfg.WaitTimeout <= 0 {
-		cfg.WaitTimeout = time.Second
-	}
-	if cfg.PushSlots <= 0 {
-		cfg.PushSlots = 2
-	}
+	cfg = cfg.withDefaults()
 	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger,
-		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout), order: newPushOrder(cfg.PushSlots)}
+		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout), order: newPushOrder(cfg.PushSlots)}, nil
 }
 
 // maxPipeline bounds the commands sent in one pipeline; very large pipelines

@@ -54,6 +54,14 @@ type bundle struct {
 	feeds  *feed.Feeds
 }
 
+// newFeeds is feed.New for a configuration that is valid.
+func newFeeds(t testing.TB, rdb redis.UniversalClient, st feed.Store, cfg feed.Config) *feed.Feeds {
+	t.Helper()
+	f, err := feed.New(rdb, st, cfg)
+	require.NoError(t, err)
+	return f
+}
+
 func setup(t *testing.T, cfg feed.Config) *bundle {
 	t.Helper()
 	var cs *countingStore
@@ -70,7 +78,7 @@ func setupOn(t *testing.T, cfg feed.Config, wrap func(*store.DB) feed.Store) *bu
 	db := store.New(pool, nil)
 	rdb, prefix := testenv.NewRedis(t)
 	cfg.Prefix = prefix
-	return &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: feed.New(rdb, wrap(db), cfg)}
+	return &bundle{pg: pool, db: db, rdb: rdb, prefix: prefix, feeds: newFeeds(t, rdb, wrap(db), cfg)}
 }
 
 func (b *bundle) post(t *testing.T, author int64) int64 {

@@ -3,7 +3,6 @@ package feed
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/redis/go-redis/v9"
@@ -29,7 +28,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error)
 		}
 		return nil
 	})
-	if err != nil && !errors.Is(err, redis.Nil) {
+	if err != nil && !isNil(err) {
 		return nil, fmt.Errorf("hydrate posts: %w", err)
 	}
 	found := make(map[int64]domain.Post, len(ids))

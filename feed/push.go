@@ -142,7 +142,7 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, keysOf f
 	var again []int
 	for i, c := range cmds {
 		if e := c.Err(); e != nil {
-			if !redis.HasErrorPrefix(e, "NOSCRIPT") {
+			if !isNoScript(e) {
 				return cmds, err
 			}
 			again = append(again, i)

@@ -292,11 +292,11 @@ func firstError(cmds []redis.Cmder, err error) error {
 		return nil
 	}
 	for _, c := range cmds {
-		if e := c.Err(); e != nil && !errors.Is(e, redis.Nil) {
+		if e := c.Err(); e != nil && !isNil(e) {
 			return e
 		}
 	}
-	if errors.Is(err, redis.Nil) {
+	if isNil(err) {
 		return nil
 	}
 	return err

@@ -62,7 +62,7 @@ func TestWritesWaitForReplicas(t *testing.T) {
 	unavailable("drop", b.feeds.Drop(ctx, reader))
 
 	// Zero replicas asked for: nothing waits.
-	plain := feed.New(b.rdb, b.db, feed.Config{Prefix: b.prefix})
+	plain := newFeeds(t, b.rdb, b.db, feed.Config{Prefix: b.prefix})
 	require.NoError(t, plain.SeedEmpty(ctx, map[int64][]int64{reader: {author}}))
 	_, err = plain.Push(ctx, author, post, []int64{reader}, 0)
 	require.NoError(t, err)
@@ -80,7 +80,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	cluster := rdb.(*redis.ClusterClient)
-	f := feed.New(rdb, store.New(testenv.NewPool(t), nil), feed.Config{
+	f := newFeeds(t, rdb, store.New(testenv.NewPool(t), nil), feed.Config{
 		Prefix: prefix, Cluster: true, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
 	})
 	const author = 1

@@ -2,7 +2,6 @@ package feed
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"sync"
@@ -113,11 +112,4 @@ func configInt(ctx context.Context, node *redis.Client, name string) (int, error
 		return 0, fmt.Errorf("CONFIG GET %s: %q is not a number", name, v)
 	}
 	return n, nil
-}
-
-// isUnreachable tells a node that did not answer from one that answered
-// with an error (CONFIG refused, say).
-func isUnreachable(err error) bool {
-	var rerr redis.Error
-	return !errors.As(err, &rerr)
 }

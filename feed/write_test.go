@@ -209,10 +209,10 @@ func TestHydrate(t *testing.T) {
 
 func TestIsCelebrity(t *testing.T) {
 	t.Parallel()
-	f := feed.New(nil, nil, feed.Config{CelebrityThreshold: 10})
+	f := newFeeds(t, nil, nil, feed.Config{CelebrityThreshold: 10})
 	require.False(t, f.IsCelebrity(10))
 	require.True(t, f.IsCelebrity(11))
-	require.False(t, feed.New(nil, nil, feed.Config{}).IsCelebrity(1_000_000), "0 turns pulling off")
+	require.False(t, newFeeds(t, nil, nil, feed.Config{}).IsCelebrity(1_000_000), "0 turns pulling off")
 }
 
 // Redis unreachable: every operation says so, with what it was doing; none
@@ -225,7 +225,7 @@ func TestRedisDown(t *testing.T) {
 	b.post(t, 1)
 	dead := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1})
 	t.Cleanup(func() { _ = dead.Close() })
-	f := feed.New(dead, b.db, feed.Config{CelebrityThreshold: 1, Backfill: 2})
+	f := newFeeds(t, dead, b.db, feed.Config{CelebrityThreshold: 1, Backfill: 2})
 	_, err := f.Read(ctx, 10, 0, 20)
 	require.ErrorContains(t, err, "read feed")
 	_, err = f.Push(ctx, 1, 1, []int64{10}, 0)

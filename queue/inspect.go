@@ -2,7 +2,6 @@ package queue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -52,7 +51,7 @@ func (q *Queue) Inspect(ctx context.Context) ([]domain.QueuePartition, error) {
 			// nothing was delivered from it.
 			out[i].NoGroup = true
 			continue
-		case errors.Is(err, redis.Nil):
+		case isNil(err):
 			continue
 		case err != nil:
 			return nil, fmt.Errorf("inspect the pending tickets of %s: %w", q.Key(part), err)

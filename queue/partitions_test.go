@@ -157,6 +157,16 @@ func TestPartitionConfig(t *testing.T) {
 	}
 	_, err := queue.NewPartitioned(rdb, queue.Config{Stream: prefix + "{tickets}", Group: group, Partitions: 2})
 	require.ErrorContains(t, err, "hash tag")
+	for field, cfg := range map[string]queue.Config{
+		"Refresh":      {Refresh: -time.Second},
+		"WaitReplicas": {WaitReplicas: -1},
+		"WaitTimeout":  {WaitTimeout: -time.Second},
+	} {
+		cfg.Stream, cfg.Group = prefix+"tickets", group
+		q, err := queue.NewPartitioned(rdb, cfg)
+		require.ErrorContains(t, err, "Config."+field+" is -", "a negative %s is refused, not taken for the default", field)
+		require.Nil(t, q)
+	}
 
 	q, err := queue.NewPartitioned(rdb, queue.Config{Stream: prefix + "tickets", Group: group})
 	require.NoError(t, err)

@@ -27,14 +27,33 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/defaults"
 	"github.com/newsfeed/newsfeed/internal/replicas"
 )
 
 // MaxPartitions bounds Config.Partitions.
 const MaxPartitions = 1024
 
-// DefaultRefresh is how often a queue reads the registry of partitions again.
-const DefaultRefresh = 2 * time.Second
+// The defaults of Config: a zero field takes its default.
+const (
+	// DefaultPartitions is the streams new tickets are spread over
+	// (queue.partitions).
+	DefaultPartitions = 1
+	// DefaultRefresh is how often a queue reads the registry of partitions again.
+	DefaultRefresh = 2 * time.Second
+	// DefaultWaitTimeout bounds the wait for replicas (redis.wait_timeout).
+	DefaultWaitTimeout = replicas.DefaultTimeout
+)
+
+// The names newsfeed gives its queue, which Config has no default for:
+// app's configuration defaults (queue.stream, put after redis.prefix, and
+// queue.group) are these.
+const (
+	// DefaultStream is partition 0's key after the prefix: "nf:tickets".
+	DefaultStream = "tickets"
+	// DefaultGroup is the consumer group of the fan-out workers.
+	DefaultGroup = "fanout"
+)
 
 // Config configures a Queue.
 type Config struct {
@@ -46,7 +65,7 @@ type Config struct {
 	// Group is the consumer group of the workers.
 	Group string
 	// Partitions is how many streams new tickets are spread over, 1 to
-	// MaxPartitions; 0 means 1. Every queue also reads the partitions beyond
+	// MaxPartitions; 0 means DefaultPartitions (1). Every queue also reads the partitions beyond
 	// its own count that other processes registered (a count changed on a
 	// running system), until they are empty.
 	Partitions int
@@ -57,11 +76,11 @@ type Config struct {
 	// WaitReplicas is how many replicas of a partition's primary must have
 	// a ticket before Publish reports it written (redis.wait_replicas), so
 	// that a failover cannot lose a ticket whose outbox row is marked
-	// published. 0 (the default) waits for none.
+	// published. 0 (the default) waits for none; negative is out of range.
 	WaitReplicas int
 	// WaitTimeout bounds that wait (redis.wait_timeout); a ticket whose
 	// replicas did not answer in time is reported failed, and published
-	// again. Defaults to 1s.
+	// again. Defaults to DefaultWaitTimeout (1s); negative is out of range.
 	WaitTimeout time.Duration
 }
 
@@ -96,21 +115,26 @@ func New(rdb redis.UniversalClient, stream, group string) *Queue {
 // a value of cfg is out of range.
 func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 	if cfg.Partitions == 0 {
-		cfg.Partitions = 1
+		cfg.Partitions = DefaultPartitions
 	}
 	if cfg.Refresh == 0 {
 		cfg.Refresh = DefaultRefresh
 	}
+	if cfg.WaitTimeout == 0 {
+		cfg.WaitTimeout = DefaultWaitTimeout
+	}
 	switch {
 	case cfg.Partitions < 1 || cfg.Partitions > MaxPartitions:
 		return nil, fmt.Errorf("queue: Config.Partitions is %d, out of range: it must be 1 to %d", cfg.Partitions, MaxPartitions)
-	case cfg.Refresh < 0:
-		return nil, fmt.Errorf("queue: Config.Refresh is %v, out of range: it must be positive, or 0 for the default %v", cfg.Refresh, DefaultRefresh)
 	case cfg.Partitions > 1 && strings.Contains(cfg.Stream, "{"):
 		return nil, fmt.Errorf("queue: Config.Stream %q holds a hash tag: every partition would be in its slot", cfg.Stream)
 	}
-	if cfg.WaitTimeout <= 0 {
-		cfg.WaitTimeout = time.Second
+	if err := errors.Join(
+		defaults.NotNegative("queue", "Refresh", cfg.Refresh, defaults.The(DefaultRefresh)),
+		defaults.NotNegative("queue", "WaitReplicas", cfg.WaitReplicas, "no wait"),
+		defaults.NotNegative("queue", "WaitTimeout", cfg.WaitTimeout, defaults.The(DefaultWaitTimeout)),
+	); err != nil {
+		return nil, err
 	}
 	q := &Queue{rdb: rdb, stream: cfg.Stream, group: cfg.Group, partitions: cfg.Partitions, refresh: cfg.Refresh,
 		replicas: replicas.New(rdb, cfg.Stream+":", cfg.WaitReplicas, cfg.WaitTimeout)}
@@ -325,7 +349,7 @@ func (q *Queue) Holds(ctx context.Context, ticketIDs []string) ([]bool, error) {
 		if c == nil {
 			continue
 		}
-		if err := c.Err(); err != nil && !errors.Is(err, redis.Nil) {
+		if err := c.Err(); err != nil && !isNil(err) {
 			return nil, fmt.Errorf("look up tickets: %w", err)
 		}
 		held[i] = len(c.Val()) > 0
@@ -420,7 +444,7 @@ func (q *Queue) Pending(ctx context.Context) (int64, error) {
 	var n int64
 	for _, c := range cmds {
 		err := c.Err()
-		if isNoGroup(err) || errors.Is(err, redis.Nil) {
+		if isNoGroup(err) || isNil(err) {
 			continue
 		}
 		if err != nil {
@@ -429,14 +453,6 @@ func (q *Queue) Pending(ctx context.Context) (int64, error) {
 		n += c.Val().Count
 	}
 	return n, nil
-}
-
-func isNoGroup(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "NOGROUP")
-}
-
-func isBusyGroup(err error) bool {
-	return err != nil && strings.HasPrefix(err.Error(), "BUSYGROUP")
 }
 
 // encode is a ticket's fields. "trace", the W3C traceparent that the

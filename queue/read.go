@@ -86,12 +86,12 @@ func (q *Queue) readOne(ctx context.Context, part int, consumer string, count in
 	streams, err := q.rdb.XReadGroup(ctx, args).Result()
 	// Redis lost the stream (restart, flush): NOGROUP, or UNBLOCKED for a read
 	// that was waiting when the key went. Make the group again and read on.
-	if isNoGroup(err) || (err != nil && strings.HasPrefix(err.Error(), "UNBLOCKED")) {
+	if isNoGroup(err) || isUnblocked(err) {
 		if err = q.ensureGroup(ctx, part); err == nil {
 			streams, err = q.rdb.XReadGroup(ctx, args).Result()
 		}
 	}
-	if errors.Is(err, redis.Nil) {
+	if isNil(err) {
 		return nil, nil
 	}
 	if err != nil {
@@ -150,7 +150,7 @@ func (q *Queue) pass(ctx context.Context, parts []int, consumer string, count in
 			}
 			err := c.Err()
 			switch {
-			case errors.Is(err, redis.Nil): // empty
+			case isNil(err): // empty
 			case isNoGroup(err) && !regrouped[part]:
 				// Redis lost the stream, or it was written before any
 				// group: make the group and read it again.
@@ -262,7 +262,7 @@ func (q *Queue) waitBell(ctx context.Context, id string, wait time.Duration) (st
 	streams, err := q.rdb.XRead(ctx, &redis.XReadArgs{
 		Streams: []string{q.BellKey(), id}, Count: 1, Block: wait,
 	}).Result()
-	if errors.Is(err, redis.Nil) {
+	if isNil(err) {
 		return id, false, nil
 	}
 	if err != nil {
@@ -300,7 +300,7 @@ func (q *Queue) ClaimStale(ctx context.Context, consumer string, minIdle time.Du
 	left := count
 	for i, c := range pendings {
 		err := c.Err()
-		if isNoGroup(err) || errors.Is(err, redis.Nil) {
+		if isNoGroup(err) || isNil(err) {
 			continue
 		}
 		if err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -50,7 +51,7 @@ func TestMigrateACurrentSchemaLocksNoTable(t *testing.T) {
 		probe := migSession(t, url)
 		migExec(t, probe, "SET lock_timeout = '100ms'")
 		_, err := probe.Exec(ctx, "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text")
-		migRequirePgCode(t, err, "55P03")
+		migRequirePgCode(t, err, pgerrcode.LockNotAvailable)
 
 		// Posts and claims go on before, during and after the migration.
 		migrated := make(chan struct{})
@@ -102,7 +103,7 @@ WHERE relnamespace = 'public'::regnamespace AND relkind = 'r'`).Scan(&tables))
 		probe := migSession(t, url)
 		migExec(t, probe, "SET lock_timeout = '100ms'")
 		_, err := probe.Exec(ctx, "SELECT count(*) FROM outbox")
-		migRequirePgCode(t, err, "55P03") // even a read waits
+		migRequirePgCode(t, err, pgerrcode.LockNotAvailable) // even a read waits
 
 		// ACCESS EXCLUSIVE conflicts with every lock, ACCESS SHARE included:
 		// with no retries, any lock on a table would fail the migration
@@ -240,14 +241,14 @@ INSERT INTO outbox (event_type, payload, parent_id, chunk_no)
 VALUES ('fanout.chunk', '{}', 1, 1), ('fanout.chunk', '{}', 1, 1)`)
 	_, err := pool.Exec(ctx,
 		"CREATE UNIQUE INDEX CONCURRENTLY outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL")
-	migRequirePgCode(t, err, "23505")
+	migRequirePgCode(t, err, pgerrcode.UniqueViolation)
 	require.Equal(t, migIndexInvalid, migIndexState(t, pool, "outbox_chunk_idx"))
 
 	// While the duplicate is there, migrate fails at once, naming the
 	// statement and the cause: only lock timeouts are retried.
 	report, err := store.MigrateWith(ctx, pool, testenv.Schema(t), store.MigrateOptions{})
 	require.ErrorContains(t, err, "CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS outbox_chunk_idx ON outbox")
-	migRequirePgCode(t, err, "23505")
+	migRequirePgCode(t, err, pgerrcode.UniqueViolation)
 	require.NotContains(t, err.Error(), "gave up")
 	require.Zero(t, report.Retries)
 
@@ -259,7 +260,7 @@ VALUES ('fanout.chunk', '{}', 1, 1), ('fanout.chunk', '{}', 1, 1)`)
 		"CREATE UNIQUE INDEX CONCURRENTLY IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL")
 	require.Equal(t, migIndexValid, migIndexState(t, pool, "outbox_chunk_idx"))
 	_, err = pool.Exec(ctx, "INSERT INTO outbox (event_type, payload, parent_id, chunk_no) VALUES ('fanout.chunk', '{}', 1, 1)")
-	migRequirePgCode(t, err, "23505") // the index is in use
+	migRequirePgCode(t, err, pgerrcode.UniqueViolation) // the index is in use
 }
 
 // TestMigrateGivesUpOnALockHeldTooLong: a lock that is not granted within the
@@ -289,7 +290,7 @@ func TestMigrateGivesUpOnALockHeldTooLong(t *testing.T) {
 		require.ErrorContains(t, err, "ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer")
 		require.ErrorContains(t, err, "lock_timeout 100ms")
 		require.ErrorContains(t, err, "gave up after")
-		migRequirePgCode(t, err, "55P03")
+		migRequirePgCode(t, err, pgerrcode.LockNotAvailable)
 		require.Positive(t, report.Retries, "it tried again")
 		require.Empty(t, report.Applied)
 		require.False(t, migColumnExists(t, pool, "outbox", "chunks_left"), "nothing half done")
@@ -318,7 +319,7 @@ func TestMigrateGivesUpOnALockHeldTooLong(t *testing.T) {
 		require.ErrorContains(t, err, "INDEX CONCURRENTLY")
 		require.ErrorContains(t, err, "outbox_due_idx")
 		require.ErrorContains(t, err, "gave up after")
-		migRequirePgCode(t, err, "55P03")
+		migRequirePgCode(t, err, pgerrcode.LockNotAvailable)
 		require.Positive(t, report.Retries)
 		// The build registered the index before it waited: it is left INVALID.
 		require.Equal(t, migIndexInvalid, migIndexState(t, pool, "outbox_due_idx"))

@@ -1,6 +1,8 @@
 // Package store is the PostgreSQL side of newsfeed: posts, follows and the
-// outbox, through pgx. It is an adapter: it implements the small interfaces
-// that the domain packages (feed, fanout, outbox) declare.
+// outbox, through pgx. It is an adapter: it speaks domain's vocabulary and
+// implements the small interfaces its users declare — the services (outbox,
+// fanout, api), the operator console (admin) and the Redis adapter that
+// caches feeds (feed.Store) — without importing any of them.
 package store
 
 import (
@@ -51,22 +53,20 @@ func Connect(ctx context.Context, url string, maxConns int32, wait time.Duration
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
-	deadline := time.Now().Add(wait)
-	retry := backoff.Doubling{Max: 2 * time.Second}
-	for {
-		delay := retry.Next()
-		pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		err = pool.Ping(pingCtx)
-		cancel()
-		if err == nil {
-			return pool, nil
+	err = backoff.Retry(ctx, wait, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		err := pool.Ping(ctx)
+		if isPermanent(err) {
+			return backoff.Permanent(err)
 		}
-		if isPermanent(err) || time.Now().Add(delay).After(deadline) || ctx.Err() != nil {
-			pool.Close()
-			return nil, fmt.Errorf("connect to database: %w", err)
-		}
-		backoff.Sleep(ctx, delay)
+		return err
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("connect to database: %w", err)
 	}
+	return pool, nil
 }
 
 // isPermanent tells errors that waiting will not fix (bad database name,

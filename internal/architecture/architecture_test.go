@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"domain":                {},
 	"docs":                  {},
 	"internal/backoff":      {},
+	"internal/defaults":     {}, // the components' Config checks: zero takes the default, negative is refused
 	"internal/probe":        {},
 	"internal/replicas":     {"domain"},
 	"internal/traceparent":  {},
@@ -38,11 +39,11 @@ var allowed = map[string][]string{
 	"live":                  {"domain", "internal/backoff"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
-	"feed":                  {"domain", "internal/logctx", "internal/replicas"},
-	"queue":                 {"domain", "internal/replicas"},
+	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},
+	"queue":                 {"domain", "internal/defaults", "internal/replicas"},
 	"outbox":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
-	"fanout":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
-	"api":                   {"domain", "docs", "internal/health", "internal/logctx"},
+	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
+	"api":                   {"domain", "docs", "internal/defaults", "internal/health", "internal/logctx"},
 	"admin":                 {"domain"}, // the operator console; app hands it the store and the queue
 	"web":                   {},         // the web app's files; app hands them to api
 	"internal/testenv":      {"store"},

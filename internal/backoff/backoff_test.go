@@ -2,6 +2,7 @@ package backoff_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -114,4 +115,77 @@ func TestSleepEndsWithItsContext(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel()
 	require.False(t, backoff.Sleep(ctx, time.Hour))
+}
+
+func TestRetry(t *testing.T) {
+	t.Parallel()
+	down := errors.New("not up yet")
+
+	t.Run("TriesAgainUntilTheAttemptSucceeds", func(t *testing.T) {
+		t.Parallel()
+		calls := 0
+		err := backoff.Retry(t.Context(), time.Minute, func(context.Context) error {
+			calls++
+			if calls < 3 {
+				return down
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		require.Equal(t, 3, calls)
+	})
+
+	t.Run("WithoutAWaitTriesOnceAndReturnsTheError", func(t *testing.T) {
+		t.Parallel()
+		calls := 0
+		err := backoff.Retry(t.Context(), 0, func(context.Context) error { calls++; return down })
+		require.ErrorIs(t, err, down)
+		require.Equal(t, 1, calls)
+	})
+
+	t.Run("GivesUpBeforeAWaitThatWouldEndPastTheDeadline", func(t *testing.T) {
+		t.Parallel()
+		// The waits are 100ms, 200ms, …: after the first failure 100ms fits
+		// in 250ms, after the second 200ms more does not.
+		calls := 0
+		start := time.Now()
+		err := backoff.Retry(t.Context(), 250*time.Millisecond, func(context.Context) error { calls++; return down })
+		require.ErrorIs(t, err, down)
+		require.Equal(t, 2, calls)
+		// Sleeping the 200ms would have taken it to 300ms at least.
+		require.Less(t, time.Since(start), 300*time.Millisecond, "it did not sleep past its deadline")
+	})
+
+	t.Run("APermanentErrorEndsItAtOnceUnmarked", func(t *testing.T) {
+		t.Parallel()
+		calls := 0
+		err := backoff.Retry(t.Context(), time.Hour, func(context.Context) error { calls++; return backoff.Permanent(down) })
+		require.Equal(t, down, err)
+		require.Equal(t, 1, calls)
+		require.NoError(t, backoff.Permanent(nil))
+	})
+
+	t.Run("StopsWhenTheContextEnds", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		calls := 0
+		err := backoff.Retry(ctx, time.Hour, func(ctx context.Context) error {
+			calls++
+			cancel() // the caller gives up during the first attempt
+			return ctx.Err()
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, 1, calls)
+	})
+
+	t.Run("GivesTheAttemptItsContext", func(t *testing.T) {
+		t.Parallel()
+		type key struct{}
+		ctx := context.WithValue(t.Context(), key{}, "mine")
+		require.NoError(t, backoff.Retry(ctx, 0, func(ctx context.Context) error {
+			require.Equal(t, "mine", ctx.Value(key{}))
+			return nil
+		}))
+	})
 }

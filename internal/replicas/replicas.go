@@ -51,6 +51,10 @@ import (
 // replicated and waited for, short enough that markers cost nothing.
 const markerTTL = time.Minute
 
+// DefaultTimeout is the wait for replicas of the writers that take one
+// (feed.Config.WaitTimeout, queue.Config.WaitTimeout: redis.wait_timeout).
+const DefaultTimeout = time.Second
+
 // Waiter waits for replicas after writes. A nil Waiter waits for nothing.
 type Waiter struct {
 	rdb      redis.UniversalClient

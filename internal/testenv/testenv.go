@@ -26,6 +26,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgerrcode"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -182,8 +183,8 @@ func NewDatabaseURL(t testing.TB) string {
 	for attempt := 0; ; attempt++ {
 		_, err = conn.Exec(ctx, "CREATE DATABASE "+name+" TEMPLATE "+tmpl)
 		var pgErr *pgconn.PgError
-		// 55006: the template is in use by a concurrent copy; try again.
-		if err != nil && errors.As(err, &pgErr) && pgErr.Code == "55006" && attempt < 50 {
+		// The template is in use by a concurrent copy; try again.
+		if err != nil && errors.As(err, &pgErr) && pgErr.Code == pgerrcode.ObjectInUse && attempt < 50 {
 			time.Sleep(50 * time.Millisecond)
 			continue
 		}
