@@ -213,7 +213,10 @@ func startInProcess(ctx context.Context, cfg *Config, dbURL, prefix string) (ben
 	}, bench.Roles{
 		Front:   func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleServe, RoleDispatch}, secret) },
 		Workers: func(ctx context.Context) error { return sys.Run(ctx, []Role{RoleWork}, secret) },
-		Close:   closeSys,
+		WorkersWithoutLive: func(ctx context.Context) error {
+			return sys.runWithoutLive(ctx, []Role{RoleWork}, secret)
+		},
+		Close: closeSys,
 	})
 }
 

@@ -56,7 +56,7 @@ func TestBenchSmoke(t *testing.T) {
 	root.SetArgs([]string{"bench", // no config.yaml in app/: defaults and the environment
 		"--runs", "1", "--stage-time", "300ms", "--latency-time", "300ms", "--concurrency", "4",
 		"--big", "1000", "--chunked", "1000", "--fanout-posts", "20",
-		"--stages", "post creation,fan-out throughput,fan-out at full feeds,memory,delivery,reads,inactive", "--out", out})
+		"--stages", "post creation,fan-out throughput,fan-out at full feeds,memory,delivery,reads,streams,inactive", "--out", out})
 	err := root.ExecuteContext(context.Background())
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 
@@ -71,8 +71,9 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, s.Limit, s.Name)
 	}
 	// post creation; fan-out and its Redis CPU, fresh and at full feeds; four
-	// memory lines; three delivery classes; reads; inactive followers.
-	require.Len(t, names, 14, strings.Join(names, ", "))
+	// memory lines; three delivery classes; reads; live streams (Redis CPU
+	// idle and connected, three latencies); inactive followers.
+	require.Len(t, names, 19, strings.Join(names, ", "))
 	require.Contains(t, stdout.String(), "post creation")
 	for _, f := range []string{"bench.md", "delivery-latency.svg", "delivery-latency.png"} {
 		require.FileExists(t, filepath.Join(out, f))

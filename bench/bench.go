@@ -4,11 +4,14 @@
 // fresh feeds and into full ones against raw pipelined ZADD into as many
 // plain sorted sets (empty, or as full), delivery latency under an
 // open-loop post rate, one big fan-out against raw ZADD of as many entries,
-// feed reads against raw ZREVRANGEBYSCORE plus hydration, and what full
+// feed reads against raw ZREVRANGEBYSCORE plus hydration, what full
 // feeds and cached posts cost in Redis memory against the same entries as
-// plain sorted sets. The machine is shared and noisy, so every throughput
-// is the median of several runs, every ratio is taken within one run, and
-// the spread across the runs is reported. Beside the throughput each stage
+// plain sorted sets, and what live streams add to fan-out's Redis cost
+// (nobody connected, every follower connected) against fan-out without
+// them, with the latency to a connected reader (stage_live.go). The
+// machine is shared and noisy, so every throughput is the median of several
+// runs, every ratio is taken within one run, and the spread across the runs
+// is reported. Beside the throughput each stage
 // reports what a unit of its work cost (cost.go): Redis CPU on every
 // primary, from INFO before and after, and PostgreSQL's and this process's
 // CPU; RunOnCluster runs the fan-out and read stages again on a Redis
@@ -136,6 +139,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"memory at full feeds", r.memoryAtFullFeeds},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
+		{"live streams", r.liveStreams},
 		{"big fan-out", r.bigFanout},
 		{"chunked fan-out, 1 and 2 workers", r.chunkedFanout},
 		{"inactive followers", r.inactiveFollowers},

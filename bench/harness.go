@@ -45,6 +45,12 @@ type Harness struct {
 	// started (and with Stderr unset): the bench starts it, watches it, and
 	// fails the stage it serves if it exits before the stage ends.
 	WorkerCommand func() (*exec.Cmd, error)
+	// SetLive restarts the in-process workers with the live path (on, as
+	// they start) or without it (off: Roles.WorkersWithoutLive), so that the
+	// live stage measures fan-out without it in the same run. Nil when the
+	// workers are not in process or cannot run without it; an error once
+	// StopWorkers stopped them.
+	SetLive func(on bool) error
 }
 
 // FreshDatabase names the database of a run in process, dbURL's with
@@ -70,6 +76,10 @@ type Roles struct {
 	// Workers fan posts out. They run apart from Front, so that the big
 	// fan-out can move to a worker process of its own.
 	Workers func(ctx context.Context) error
+	// WorkersWithoutLive, when set, are the same workers without the live
+	// path (no live publisher: fan-out as it was before live streams), the
+	// live stage's baseline (Harness.SetLive).
+	WorkersWithoutLive func(ctx context.Context) error
 	// Close releases the system once its roles have stopped.
 	Close func()
 }
@@ -88,25 +98,77 @@ func StartInProcess(ctx context.Context, h Harness, roles Roles) (Harness, func(
 		return Harness{}, nil, err
 	}
 	roleCtx, stopRoles := context.WithCancel(ctx)
-	workCtx, stopWork := context.WithCancel(roleCtx)
-	var front, workers sync.WaitGroup
+	var front sync.WaitGroup
 	front.Add(1)
 	go func() { defer front.Done(); _ = roles.Front(roleCtx) }()
-	workers.Add(1)
-	go func() { defer workers.Done(); _ = roles.Workers(workCtx) }()
+	workers := &inProcessWorkers{ctx: roleCtx}
+	_ = workers.start(roles.Workers)
 	cleanup := func() {
-		stopWork()
+		workers.stop(false)
 		stopRoles()
 		front.Wait()
-		workers.Wait()
+		workers.stop(true)
 		roles.Close()
 	}
 	if err := probe.WaitHealthy(ctx, h.APIURL); err != nil {
 		cleanup()
 		return Harness{}, nil, err
 	}
-	h.StopWorkers = func() { stopWork(); workers.Wait() }
+	h.StopWorkers = func() { workers.stop(true) }
+	if roles.WorkersWithoutLive != nil {
+		h.SetLive = func(on bool) error {
+			if on {
+				return workers.start(roles.Workers)
+			}
+			return workers.start(roles.WorkersWithoutLive)
+		}
+	}
 	return h, cleanup, nil
+}
+
+// inProcessWorkers runs one kind of in-process workers at a time.
+type inProcessWorkers struct {
+	ctx     context.Context
+	mu      sync.Mutex
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	stopped bool // by StopWorkers, for good
+}
+
+// start stops the workers that run and runs role instead.
+func (w *inProcessWorkers) start(role func(context.Context) error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.stopped {
+		return errors.New("the in-process workers were stopped for worker processes of the bench's own")
+	}
+	w.halt()
+	ctx, cancel := context.WithCancel(w.ctx)
+	w.cancel = cancel
+	w.wg.Add(1)
+	go func() { defer w.wg.Done(); _ = role(ctx) }()
+	return nil
+}
+
+// stop cancels the workers that run; with wait, for good, once they stopped.
+func (w *inProcessWorkers) stop(wait bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !wait {
+		if w.cancel != nil {
+			w.cancel()
+		}
+		return
+	}
+	w.stopped = true
+	w.halt()
+}
+
+func (w *inProcessWorkers) halt() {
+	if w.cancel != nil {
+		w.cancel()
+	}
+	w.wg.Wait()
 }
 
 // Attach measures processes that already run behind h.APIURL: it waits
