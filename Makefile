@@ -166,7 +166,7 @@ monitoring-check: ## check the Prometheus configuration and alert rules and run 
 clean: ## remove bin/ and build/
 	rm -rf bin build
 
-bench: services build ## the default benchmark scenario (under 3 minutes); results in bench-results/
+bench: services build ## the default benchmark scenario (about 4 minutes); results in bench-results/
 	$(BIN) bench
 
 bench-cluster: services build cluster-up ## make bench, then the fan-out and read stages again on the local Redis Cluster (about 5 minutes)
