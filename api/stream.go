@@ -128,7 +128,8 @@ func (s *Server) feedStream(c echo.Context) error {
 	}
 	defer sub.Close()
 
-	st := &stream{s: s, c: c, me: me, floor: resume, high: resume, sent: make(map[int64]bool), removed: make(map[int64]bool)}
+	st := &stream{s: s, c: c, me: me, floor: resume, high: resume, sent: make(map[int64]bool), removed: make(map[int64]bool),
+		unfollowed: make(map[int64]bool)}
 	if resume == 0 {
 		// Before the answer begins: what lands once the client sees it
 		// open is above the start.
@@ -143,7 +144,14 @@ func (s *Server) feedStream(c echo.Context) error {
 	h.Set(echo.HeaderCacheControl, "no-cache")
 	h.Set("X-Accel-Buffering", "no") // proxies such as nginx: do not buffer
 	c.Response().WriteHeader(http.StatusOK)
-	if err := st.write(fmt.Sprintf("retry: %d\n\n", streamRetry.Milliseconds())); err != nil {
+	// The start as the resume point from the first line on (an id alone
+	// dispatches no event): a client whose stream ends before any post
+	// reconnects from there, and misses nothing that came meanwhile.
+	preamble := fmt.Sprintf("retry: %d\n", streamRetry.Milliseconds())
+	if st.high > 0 {
+		preamble += fmt.Sprintf("id: %d\n", st.high)
+	}
+	if err := st.write(preamble + "\n"); err != nil {
 		return nil
 	}
 	if resume > 0 {
@@ -165,6 +173,7 @@ type stream struct {
 	floor, high int64
 	sent        map[int64]bool
 	removed     map[int64]bool
+	unfollowed  map[int64]bool // authors unfollowed while the stream is open
 }
 
 func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
@@ -207,10 +216,20 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	switch ev.Kind {
 	case domain.LivePost:
+		if st.unfollowed[ev.Post.AuthorID] {
+			return nil
+		}
 		return st.sendPosts([]domain.Post{ev.Post})
 	case domain.LiveRemove:
 		return st.sendRemoves([]int64{ev.PostID})
+	case domain.LiveFollowed:
+		delete(st.unfollowed, ev.AuthorID)
+		clear(st.removed) // a post removed by an unfollow may come back
+		return nil
 	case domain.LiveUnfollowed:
+		// A fan-out that read its page of followers before the unfollow
+		// still announces the author's posts the feed refused: not sent.
+		st.unfollowed[ev.AuthorID] = true
 		posts, err := st.s.posts.AuthorPosts(ctx, ev.AuthorID, 0, unfollowRemovals)
 		if err != nil {
 			st.s.log.Debug("stream cannot list an unfollowed author's posts", zap.Error(err))

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
@@ -183,6 +184,9 @@ type sseStream struct {
 	res    *http.Response
 	events chan sseEvent
 	cancel context.CancelFunc
+	// firstID is the id of the stream's first block, events or not
+	// (the resume point the preamble gives); set before any event comes.
+	firstID chan string
 }
 
 // openStream asks server i for as's stream; header, if set, is added (and
@@ -214,7 +218,7 @@ func (s *liveSystem) openStream(t *testing.T, i int, as int64, query string, hea
 		return nil, res.StatusCode, b.String()
 	}
 	require.Equal(t, "text/event-stream", res.Header.Get("Content-Type"))
-	st := &sseStream{res: res, events: make(chan sseEvent, 1000), cancel: cancel}
+	st := &sseStream{res: res, events: make(chan sseEvent, 1000), cancel: cancel, firstID: make(chan string, 1)}
 	go st.read()
 	t.Cleanup(st.close)
 	return st, res.StatusCode, ""
@@ -224,10 +228,15 @@ func (st *sseStream) read() {
 	defer close(st.events)
 	sc := bufio.NewScanner(st.res.Body)
 	var ev sseEvent
+	first := true
 	for sc.Scan() {
 		line := sc.Text()
 		switch {
 		case line == "":
+			if first {
+				st.firstID <- ev.id
+				first = false
+			}
 			if ev.event != "" || ev.data != "" {
 				st.events <- ev
 			}
@@ -461,4 +470,65 @@ func (s *liveSystem) stalledStream(t *testing.T, i int, as int64) {
 	line, err := bufio.NewReaderSize(c, 16).ReadString('\n')
 	require.NoError(t, err)
 	require.Contains(t, line, "200")
+}
+
+// A stream opened without a resume point names its start as the resume
+// point in its first lines, so that a client whose stream ends before any
+// post reconnects from there and misses nothing.
+func TestStreamStartsWithItsResumePoint(t *testing.T) {
+	t.Parallel()
+	const reader, author = 1, 2
+	s := startLive(t, liveOpts{})
+	s.follow(t, reader, author)
+	p := s.post(t, author, "already there")
+	s.waitFeed(t, reader, p)
+	st, _, _ := s.openStream(t, 0, reader, "", nil)
+	select {
+	case id := <-st.firstID:
+		require.Equal(t, strconv.FormatInt(p, 10), id)
+	case <-time.After(15 * time.Second):
+		t.Fatal("no first block")
+	}
+	st.close()
+	p2 := s.post(t, author, "while away")
+	s.waitFeed(t, reader, p2, p)
+	again, _, _ := s.openStream(t, 0, reader, "", map[string]string{"Last-Event-ID": strconv.FormatInt(p, 10)})
+	require.Equal(t, p2, again.nextPost(t), "resumed from the preamble's id")
+}
+
+// fakeLive hands the stream the events a test gives it.
+type fakeLive struct{ sub *fakeSub }
+
+type fakeSub struct {
+	events chan domain.LiveEvent
+	gone   chan struct{}
+}
+
+func (l fakeLive) Subscribe(context.Context, int64) (domain.LiveSubscription, error) {
+	return l.sub, nil
+}
+func (s *fakeSub) Events() <-chan domain.LiveEvent { return s.events }
+func (s *fakeSub) Gone() <-chan struct{}           { return s.gone }
+func (s *fakeSub) Close()                          {}
+
+// A fan-out that read its page of followers before an unfollow announces the
+// unfollowed author's post, which the feed refused: the stream does not
+// send it, and sends the author's posts again once the reader follows them
+// again.
+func TestStreamSkipsPostsOfAnAuthorJustUnfollowed(t *testing.T) {
+	t.Parallel()
+	sub := &fakeSub{events: make(chan domain.LiveEvent, 10), gone: make(chan struct{})}
+	_, b := setupWith(t, setupOpts{configure: func(c *api.Config) { c.Live = fakeLive{sub} }})
+	srv := &liveSystem{servers: []*httptest.Server{b.srv}}
+	st, _, _ := srv.openStream(t, 0, 1, "", nil)
+	post := func(id, author int64) domain.Post {
+		return domain.Post{ID: id, AuthorID: author, Body: "b", CreatedAt: time.Now().UTC()}
+	}
+	sub.events <- domain.LiveEvent{Kind: domain.LiveUnfollowed, AuthorID: 5}
+	sub.events <- domain.LiveEvent{Kind: domain.LivePost, Post: post(10, 5)} // stale: refused by the feed
+	sub.events <- domain.LiveEvent{Kind: domain.LivePost, Post: post(11, 6)}
+	require.Equal(t, int64(11), st.nextPost(t), "nothing of the unfollowed author")
+	sub.events <- domain.LiveEvent{Kind: domain.LiveFollowed, AuthorID: 5}
+	sub.events <- domain.LiveEvent{Kind: domain.LivePost, Post: post(12, 5)}
+	require.Equal(t, int64(12), st.nextPost(t), "followed again: the author's posts come")
 }

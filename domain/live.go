@@ -13,6 +13,9 @@ const (
 	// LiveUnfollowed says the reader no longer follows AuthorID, whose posts
 	// left the feed.
 	LiveUnfollowed
+	// LiveFollowed says the reader follows AuthorID (again): their posts
+	// may come.
+	LiveFollowed
 	// LiveCatchUp says events may have been missed (the live channel was
 	// interrupted, or the reader's follows are not known here): read the
 	// top of the feed again for what was not sent.
@@ -27,7 +30,7 @@ type LiveEvent struct {
 	Post Post
 	// PostID is set for LiveRemove.
 	PostID int64
-	// AuthorID is set for LiveUnfollowed.
+	// AuthorID is set for LiveUnfollowed and LiveFollowed.
 	AuthorID int64
 }
 

@@ -122,10 +122,12 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
 		return err
 	}
-	w.cfg.Live.Unpulled(ctx, p.PostID, p.AuthorID)
 	// A celebrity's post went to the timeline only: no follower's feed
 	// has it, and a ZREM to each of millions of feeds would find nothing.
 	if only, err := w.graph.PostPulledOnly(ctx, p.PostID); err != nil || only {
+		if only {
+			w.cfg.Live.Unpulled(ctx, p.PostID, p.AuthorID)
+		}
 		return err
 	}
 	return w.eachFollowerPage(ctx, p.AuthorID, 0, 0, func(ctx context.Context, followers []int64) error {

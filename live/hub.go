@@ -133,7 +133,7 @@ func NewHub(rdb redis.UniversalClient, cfg HubConfig) (*Hub, error) {
 	for _, reason := range []string{"slow", "stopping"} {
 		h.dropped.WithLabelValues(reason) // exported at 0 from the start
 	}
-	for _, k := range []domain.LiveKind{domain.LivePost, domain.LiveRemove, domain.LiveUnfollowed, domain.LiveCatchUp} {
+	for _, k := range []domain.LiveKind{domain.LivePost, domain.LiveRemove, domain.LiveUnfollowed, domain.LiveFollowed, domain.LiveCatchUp} {
 		h.events.WithLabelValues(kindLabel(k))
 	}
 	if cfg.Registerer != nil {
@@ -149,10 +149,10 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.down = false
 	h.mu.Unlock()
-	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(again bool) {
-		if again { // what came meanwhile is lost: every stream reads its feed
-			h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
-		}
+	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
+		// What came before (streams opened before the first subscription
+		// too) is lost: every stream reads its feed.
+		h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
 	}, func(payload string) { h.handle(ctx, payload) })
 	h.renew(ctx)
 	t := time.NewTicker(leaseRenew)
@@ -289,6 +289,14 @@ func (h *Hub) Subscribe(ctx context.Context, userID int64) (domain.LiveSubscript
 		return nil, domain.ErrTooManyStreams
 	}
 	h.mu.Lock()
+	if h.down { // stopped while Redis was asked: stop has ended every stream it knew
+		h.count--
+		h.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = h.rdb.ZRem(rctx, h.keys.conns(userID), s.member).Err()
+		cancel()
+		return nil, domain.ErrStreamsFull
+	}
 	if h.subs[userID] == nil {
 		h.subs[userID] = make(map[*subscription]struct{})
 	}
@@ -388,9 +396,11 @@ func (h *Hub) handle(ctx context.Context, payload string) {
 			h.mu.Lock()
 			delete(s.follows, m.Author) // asked again at the author's next pulled post
 			h.mu.Unlock()
+			kind := domain.LiveFollowed
 			if m.Kind == kindUnfollow {
-				h.deliver(s, domain.LiveEvent{Kind: domain.LiveUnfollowed, AuthorID: m.Author})
+				kind = domain.LiveUnfollowed
 			}
+			h.deliver(s, domain.LiveEvent{Kind: kind, AuthorID: m.Author})
 		}
 	}
 }
@@ -537,6 +547,8 @@ func kindLabel(k domain.LiveKind) string {
 		return "remove"
 	case domain.LiveUnfollowed:
 		return "unfollow"
+	case domain.LiveFollowed:
+		return "follow"
 	default:
 		return "catch_up"
 	}

@@ -19,11 +19,15 @@ import (
 func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger,
 	subscribed func(again bool), message func(payload string)) {
 	wait := backoff.Doubling{Max: 2e9}
-	again := false
+	again, failures := false, 0
 	for ctx.Err() == nil {
 		ps := rdb.SSubscribe(ctx, channel)
 		err := receive(ctx, ps, func() {
 			wait.Reset()
+			if failures >= warnAfter {
+				log.Info("live channel subscribed again", zap.String("channel", channel))
+			}
+			failures = 0
 			subscribed(again)
 			again = true
 		}, message)
@@ -31,10 +35,20 @@ func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log 
 		if ctx.Err() != nil {
 			return
 		}
-		log.Debug("live channel interrupted; subscribing again", zap.String("channel", channel), zap.Error(err))
+		failures++
+		if failures == warnAfter { // once an outage: live events wait, the feeds do not
+			log.Warn("live channel unavailable; live streams get what they miss from the feed until it is back",
+				zap.String("channel", channel), zap.Error(err))
+		} else {
+			log.Debug("live channel interrupted; subscribing again", zap.String("channel", channel), zap.Error(err))
+		}
 		backoff.Sleep(ctx, wait.Next())
 	}
 }
+
+// warnAfter is the failed subscriptions in a row that are logged as an
+// outage (one interruption — a failover, a slot moved — is not).
+const warnAfter = 5
 
 // errUnsubscribed: Redis ended the subscription (its slot moved).
 var errUnsubscribed = errors.New("unsubscribed by the server")

@@ -236,6 +236,10 @@ func (p *Publisher) toReaders(ctx context.Context, m message, readers []int64) {
 
 func (p *Publisher) toEveryHub(ctx context.Context, m message) {
 	p.mu.RLock()
+	if len(p.users) == 0 { // nobody connected anywhere
+		p.mu.RUnlock()
+		return
+	}
 	out := make(map[string]message, len(p.instances))
 	for _, inst := range p.instances {
 		out[inst] = m
