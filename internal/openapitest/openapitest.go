@@ -149,7 +149,10 @@ func (s *Spec) check(x Exchange) []string {
 		// A path with an empty segment where a path parameter goes is no
 		// path of the description (404), or, as the API's router may read
 		// it, the route's with a parameter the description refuses.
-		if filled, ok := fillEmptySegments(req); ok {
+		// The router may also take a trailing empty segment for the end of
+		// the parameter before it (POST /v1/following// answers the
+		// route's 405).
+		for _, filled := range fillEmptySegments(req) {
 			r, p, ferr := s.router.FindRoute(filled)
 			switch {
 			case ferr == nil:
@@ -157,7 +160,10 @@ func (s *Spec) check(x Exchange) []string {
 				refused = errors.New(`a path parameter is empty (checked below as "_")`)
 			case errors.Is(ferr, routers.ErrMethodNotAllowed):
 				req, err = filled, ferr
+			default:
+				continue
 			}
+			break
 		}
 	}
 	switch {

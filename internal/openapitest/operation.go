@@ -72,8 +72,10 @@ func requestFor(x Exchange) *http.Request {
 }
 
 // fillEmptySegments returns req with every empty segment of its path (after
-// the first slash) replaced by a placeholder, and whether it had any.
-func fillEmptySegments(req *http.Request) (*http.Request, bool) {
+// the first slash) replaced by a placeholder, then the same without its last
+// segment when that one was empty too; none when the path has no empty
+// segment.
+func fillEmptySegments(req *http.Request) []*http.Request {
 	segments := strings.Split(req.URL.EscapedPath(), "/")
 	filled := false
 	for i := 1; i < len(segments); i++ {
@@ -82,11 +84,18 @@ func fillEmptySegments(req *http.Request) (*http.Request, bool) {
 		}
 	}
 	if !filled {
-		return nil, false
+		return nil
 	}
-	r := req.Clone(context.Background())
-	r.URL.Path, r.URL.RawPath = strings.Join(segments, "/"), ""
-	return r, true
+	with := func(segments []string) *http.Request {
+		r := req.Clone(context.Background())
+		r.URL.Path, r.URL.RawPath = strings.Join(segments, "/"), ""
+		return r
+	}
+	out := []*http.Request{with(segments)}
+	if n := len(segments); n > 2 && strings.HasSuffix(req.URL.EscapedPath(), "/") {
+		out = append(out, with(segments[:n-1]))
+	}
+	return out
 }
 
 // bearerGiven stands for the API's authentication: the description can only
