@@ -37,8 +37,9 @@ const (
 	// streamWriteTimeout: a client that takes longer to take one event is
 	// gone.
 	streamWriteTimeout = 10 * time.Second
-	// catchUpPage and catchUpMax: a catch-up reads the feed's top in pages,
-	// and sends at most catchUpMax posts (a resume after a long absence
+	// catchUpPage and catchUpMax: a catch-up reads the feed's top in pages;
+	// the resume reads down to its resume point, at most catchUpMax posts (a
+	// resume after a long absence
 	// sends the newest of what was missed).
 	catchUpPage = 100
 	catchUpMax  = 1000
@@ -155,7 +156,7 @@ func (s *Server) feedStream(c echo.Context) error {
 		return nil
 	}
 	if resume > 0 {
-		if err := st.catchUp(ctx); err != nil {
+		if err := st.catchUp(ctx, catchUpMax); err != nil {
 			return nil
 		}
 	}
@@ -201,9 +202,9 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 		case <-heartbeat.C:
 			err = st.write(": keep-alive\n\n")
 		case <-settle:
-			err = st.catchUp(ctx)
+			err = st.catchUp(ctx, catchUpPage)
 		case <-catchUp.C:
-			err = st.catchUp(ctx)
+			err = st.catchUp(ctx, catchUpPage)
 		case ev := <-sub.Events():
 			err = st.handle(ctx, ev)
 		}
@@ -245,7 +246,7 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 		}
 		return st.sendRemoves(ids)
 	case domain.LiveCatchUp:
-		return st.catchUp(ctx)
+		return st.catchUp(ctx, catchUpPage)
 	}
 	return nil
 }
@@ -265,12 +266,15 @@ func (st *stream) startAtNewest(ctx context.Context) {
 }
 
 // catchUp sends what the feed holds above the floor that was not sent,
-// oldest first: the resume after Last-Event-ID, and every later check.
-func (st *stream) catchUp(ctx context.Context) error {
+// oldest first, reading at most depth posts down from the newest: the resume
+// after Last-Event-ID reads down to its resume point (catchUpMax), every
+// later check one page (what was missed lies near the top; reading down to
+// the floor again each minute would read a whole busy feed per stream).
+func (st *stream) catchUp(ctx context.Context, depth int) error {
 	var missed []domain.Post
 	read := 0
-	for before := int64(0); read < catchUpMax; {
-		p, err := st.s.feeds.Read(ctx, st.me, before, catchUpPage)
+	for before := int64(0); read < depth; {
+		p, err := st.s.feeds.Read(ctx, st.me, before, min(catchUpPage, depth-read))
 		if err != nil {
 			st.s.log.Debug("stream cannot read its feed", zap.Error(err))
 			break // the next check tries again
