@@ -692,9 +692,14 @@ func TestPassTimeout(t *testing.T) {
 		b := newBundle(t)
 		ids := b.insertEvents(t, 3)
 		st := &hookedStore{DB: b.db, claimHangs: 2}
+		// A pass long enough for a real claim, publish and record on a
+		// loaded machine (a 100 ms one cut a pass in a CI run, and its rows
+		// waited out the 30 s lease); a short lease all the same, so that a
+		// pass cut anyway gives its rows back within the wait below.
 		d := newDispatcher(t, st, b.queue, outbox.Config{
 			PollInterval:   10 * time.Millisecond,
-			PassTimeout:    100 * time.Millisecond,
+			PassTimeout:    time.Second,
+			Lease:          2 * time.Second,
 			RedeliverAfter: time.Hour,
 			Metrics:        outbox.NewMetrics(b.reg),
 		})
