@@ -69,6 +69,8 @@ func TestAllowedExchanges(t *testing.T) {
 		"an empty last id": {method: "DELETE", target: "/v1/following/", status: 404, body: `{"error":{"code":"not_found","message":"no such route"}}`},
 		"an empty last id and a slash, a wrong method": {method: "POST", target: "/v1/following//", status: 405, header: map[string]string{"Allow": "DELETE, OPTIONS, PUT"},
 			body: `{"error":{"code":"method_not_allowed","message":"method not allowed on this route"}}`},
+		"an empty id and more, a wrong method": {method: "POST", target: "/v1/following//0", status: 405, header: map[string]string{"Allow": "DELETE, OPTIONS, PUT"},
+			body: `{"error":{"code":"method_not_allowed","message":"method not allowed on this route"}}`},
 		"no token":          {method: "GET", target: "/v1/feed", noToken: true, status: 401, header: map[string]string{"WWW-Authenticate": `Bearer realm="newsfeed"`}, body: `{"error":{"code":"unauthenticated","message":"no"}}`},
 		"rate limited":      {method: "PUT", target: "/v1/following/2", status: 429, header: map[string]string{"Retry-After": "3"}, body: `{"error":{"code":"rate_limited","message":"slow"}}`},
 		"an unknown path":   {method: "GET", target: "/nope", status: 404, body: `{"error":{"code":"not_found","message":"no such route"}}`},

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -72,9 +73,9 @@ func requestFor(x Exchange) *http.Request {
 }
 
 // fillEmptySegments returns req with every empty segment of its path (after
-// the first slash) replaced by a placeholder, then the same without its last
-// segment when that one was empty too; none when the path has no empty
-// segment.
+// the first slash) replaced by a placeholder, then the path cut after its
+// first empty segment, that one a placeholder; none when the path has no
+// empty segment.
 func fillEmptySegments(req *http.Request) []*http.Request {
 	segments := strings.Split(req.URL.EscapedPath(), "/")
 	filled := false
@@ -92,8 +93,17 @@ func fillEmptySegments(req *http.Request) []*http.Request {
 		return r
 	}
 	out := []*http.Request{with(segments)}
-	if n := len(segments); n > 2 && strings.HasSuffix(req.URL.EscapedPath(), "/") {
-		out = append(out, with(segments[:n-1]))
+	// The router may also take everything from the first empty segment on
+	// for the parameter there (POST /v1/following// and /v1/following//0
+	// answer the route's 405).
+	original := strings.Split(req.URL.EscapedPath(), "/")
+	for i := 1; i < len(original); i++ {
+		if original[i] == "" {
+			if i < len(original)-1 {
+				out = append(out, with(append(slices.Clone(segments[:i]), "_")))
+			}
+			break
+		}
 	}
 	return out
 }
