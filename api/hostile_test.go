@@ -58,3 +58,27 @@ func TestOversizedBodiesOnEveryRoute(t *testing.T) {
 	res := b.do(t, req{method: http.MethodPost, path: "/v1/posts", body: []byte(`{"body": "chunked"}`), stream: true, as: 1})
 	require.Equal(t, http.StatusCreated, res.status, string(res.body))
 }
+
+// A path below a route that ends in an id is no route, whatever the method
+// and however the id looks: 404, and nothing is written. (echo would give
+// the id the rest of the path, and a wrong method there answered 405.)
+func TestPathsBelowARouteAreNoRoutes(t *testing.T) {
+	t.Parallel()
+	_, b := setup(t)
+	p := b.createPost(t, 1, "mine")
+	for _, r := range []req{
+		{method: http.MethodPut, path: "/v1/following/2/3"},
+		{method: http.MethodPut, path: "/v1/following/2/"},
+		{method: http.MethodDelete, path: "/v1/following/2/x"},
+		{method: http.MethodPost, path: "/v1/following/0/"},
+		{method: http.MethodPost, path: "/v1/following//"},
+		{method: http.MethodGet, path: postPath(p.ID) + "/"},
+		{method: http.MethodDelete, path: postPath(p.ID) + "/1"},
+		{method: http.MethodPatch, path: postPath(p.ID) + "/1"},
+	} {
+		r.as = 1
+		requireError(t, b.do(t, r), http.StatusNotFound, "not_found")
+	}
+	require.Equal(t, http.StatusOK, b.get(t, 1, postPath(p.ID)).status, "the post is still there")
+	require.Zero(t, b.count(t, "follows", "true"), "no follow was written")
+}

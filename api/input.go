@@ -156,10 +156,7 @@ func (s *Server) validBody(body *string) (string, error) {
 
 // pathID parses a path parameter that must be a positive int64.
 func pathID(c echo.Context, name string) (int64, error) {
-	raw := c.Param(name)
-	if strings.Contains(raw, "/") { // echo lets the last parameter swallow deeper paths
-		return 0, echo.ErrNotFound
-	}
+	raw := c.Param(name) // never holds a "/": routing.NoDeeperPaths
 	id, err := parsePositive(raw)
 	if err != nil {
 		return 0, invalidArgument(name + " must be a positive 64-bit integer, got " + strconv.Quote(raw))

@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"testing"
 
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
@@ -42,6 +43,9 @@ func TestEveryRouteIsDescribed(t *testing.T) {
 		App: web.New(web.Config{Dev: true}), DevTokens: true})
 	reached := map[string]bool{}
 	for _, r := range e.Routes() {
+		if r.Method == echo.RouteNotFound { // a 404 below a route (routing.NoDeeperPaths)
+			continue
+		}
 		op := spec.OperationFor(r.Method, echoParam.ReplaceAllString(r.Path, "1"))
 		require.NotEmpty(t, op, "the API serves %s %s, which docs/openapi.yaml does not describe", r.Method, r.Path)
 		reached[op] = true

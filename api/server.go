@@ -20,6 +20,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/routing"
 )
 
 // Posts is the posts side of the store.
@@ -137,6 +138,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
 	e.GET("/v1/feed/stream", s.feedStream, streamAuth(cfg.Secret), strictQuery)
 	s.mountApp(e)
+	routing.NoDeeperPaths(e)
 	return e, nil
 }
 

@@ -75,9 +75,9 @@ func (s *Spec) OperationFor(method, path string) string {
 	if err != nil {
 		return ""
 	}
-	route, _, err := s.router.FindRoute(req)
-	if err != nil {
+	m := s.paths.find(req)
+	if m.path == "" || s.doc.Paths.Value(m.path).GetOperation(method) == nil {
 		return ""
 	}
-	return route.Method + " " + route.Path
+	return method + " " + m.path
 }

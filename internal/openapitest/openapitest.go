@@ -5,7 +5,8 @@
 // every request through it, so a route, a status or a field the description
 // lacks, or describes otherwise, fails a test.
 //
-// kin-openapi finds the operation (its gorillamux router) and checks the
+// The API's own router, echo's, given the description's paths, finds the
+// operation a request reached (paths.go); kin-openapi checks the
 // request's parameters and token, and the response's status, headers and
 // Content-Type (openapi3filter). Bodies are checked against their schemas by
 // the JSON Schema 2020-12 validator kin-openapi itself uses for OpenAPI 3.1
@@ -35,7 +36,6 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/routers"
-	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/newsfeed/newsfeed/docs"
 )
@@ -45,8 +45,8 @@ const File = "docs/openapi.yaml"
 
 // Spec is the loaded description. It is safe for concurrent use.
 type Spec struct {
-	doc    *openapi3.T
-	router routers.Router
+	doc   *openapi3.T
+	paths *paths
 	// outside lists the responses any request may get before it reaches an
 	// operation, by status: the components of the same names.
 	outside map[int]*openapi3.Response
@@ -88,21 +88,11 @@ func Parse(raw []byte) (*Spec, error) {
 	if err := doc.Validate(loader.Context); err != nil {
 		return nil, fmt.Errorf("%s is not a valid OpenAPI document: %w", File, err)
 	}
-	// The servers name where `make run` listens; tests listen anywhere.
-	// Without servers, the router matches paths alone.
-	doc.Servers = nil
-	for _, item := range doc.Paths.Map() {
-		item.Servers = nil
-	}
-	router, err := gorillamux.NewRouter(doc)
-	if err != nil {
-		return nil, fmt.Errorf("route %s: %w", File, err)
-	}
 	bodies, err := newBodySchemas(doc)
 	if err != nil {
 		return nil, err
 	}
-	s := &Spec{doc: doc, router: router, outside: map[int]*openapi3.Response{}, bodies: bodies}
+	s := &Spec{doc: doc, paths: newPaths(doc), outside: map[int]*openapi3.Response{}, bodies: bodies}
 	for status, name := range map[int]string{
 		http.StatusNotFound:                    "NotFound",
 		http.StatusMethodNotAllowed:            "MethodNotAllowed",
@@ -140,39 +130,27 @@ func (s *Spec) Check(x Exchange) error {
 }
 
 // check finds what the exchange reached — an operation, a path without the
-// method, or no path — and checks it as such.
+// method, or no path — as the API's router does (paths.go), and checks it as
+// such.
 func (s *Spec) check(x Exchange) []string {
 	req := requestFor(x)
-	route, params, err := s.router.FindRoute(req)
-	var refused error
-	if errors.Is(err, routers.ErrPathNotFound) && x.Status != http.StatusNotFound {
-		// A path with an empty segment where a path parameter goes is no
-		// path of the description (404), or, as the API's router may read
-		// it, the route's with a parameter the description refuses.
-		// The router may also take a trailing empty segment for the end of
-		// the parameter before it (POST /v1/following// answers the
-		// route's 405).
-		for _, filled := range fillEmptySegments(req) {
-			r, p, ferr := s.router.FindRoute(filled)
-			switch {
-			case ferr == nil:
-				route, params, err = r, p, nil
-				refused = errors.New(`a path parameter is empty (checked below as "_")`)
-			case errors.Is(ferr, routers.ErrMethodNotAllowed):
-				req, err = filled, ferr
-			default:
-				continue
-			}
-			break
+	m := s.paths.find(req)
+	if m.path == "" {
+		return s.checkNoPath(x)
+	}
+	item := s.doc.Paths.Value(m.path)
+	op := item.GetOperation(req.Method)
+	if op == nil {
+		return s.checkNoOperation(x, m.path)
+	}
+	// The validator does not refuse an empty path parameter by itself
+	// (GET /v1/users//posts runs the route with an empty id).
+	var refused []error
+	for _, name := range sortedKeys(m.params) {
+		if m.params[name] == "" {
+			refused = append(refused, fmt.Errorf("the path parameter %s is empty", name))
 		}
 	}
-	switch {
-	case errors.Is(err, routers.ErrPathNotFound):
-		return s.checkNoPath(x)
-	case errors.Is(err, routers.ErrMethodNotAllowed):
-		return s.checkNoOperation(x, req)
-	case err != nil:
-		return []string{"finding the route: " + err.Error()}
-	}
-	return s.checkOperation(x, req, route, params, refused)
+	route := &routers.Route{Spec: s.doc, Path: m.path, PathItem: item, Method: req.Method, Operation: op}
+	return s.checkOperation(x, req, route, m.params, errors.Join(refused...))
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"slices"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -70,42 +69,6 @@ func requestFor(x Exchange) *http.Request {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	return req
-}
-
-// fillEmptySegments returns req with every empty segment of its path (after
-// the first slash) replaced by a placeholder, then the path cut after its
-// first empty segment, that one a placeholder; none when the path has no
-// empty segment.
-func fillEmptySegments(req *http.Request) []*http.Request {
-	segments := strings.Split(req.URL.EscapedPath(), "/")
-	filled := false
-	for i := 1; i < len(segments); i++ {
-		if segments[i] == "" {
-			segments[i], filled = "_", true
-		}
-	}
-	if !filled {
-		return nil
-	}
-	with := func(segments []string) *http.Request {
-		r := req.Clone(context.Background())
-		r.URL.Path, r.URL.RawPath = strings.Join(segments, "/"), ""
-		return r
-	}
-	out := []*http.Request{with(segments)}
-	// The router may also take everything from the first empty segment on
-	// for the parameter there (POST /v1/following// and /v1/following//0
-	// answer the route's 405).
-	original := strings.Split(req.URL.EscapedPath(), "/")
-	for i := 1; i < len(original); i++ {
-		if original[i] == "" {
-			if i < len(original)-1 {
-				out = append(out, with(append(slices.Clone(segments[:i]), "_")))
-			}
-			break
-		}
-	}
-	return out
 }
 
 // bearerGiven stands for the API's authentication: the description can only

@@ -1,18 +1,11 @@
 package openapitest
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"slices"
 	"strings"
 )
-
-// methods are the methods a path item can have, as net/http spells them.
-var methods = []string{
-	http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch,
-	http.MethodDelete, http.MethodOptions, http.MethodTrace, "QUERY",
-}
 
 // checkNoPath checks the answer to a path no operation has.
 func (s *Spec) checkNoPath(x Exchange) []string {
@@ -26,8 +19,8 @@ func (s *Spec) checkNoPath(x Exchange) []string {
 
 // checkNoOperation checks the answer to a method a path has no operation
 // for: 405, or 204 to OPTIONS, with an Allow header of the path's methods.
-func (s *Spec) checkNoOperation(x Exchange, req *http.Request) []string {
-	path, allowed := s.pathMethods(req)
+func (s *Spec) checkNoOperation(x Exchange, path string) []string {
+	allowed := s.methodsOf(path)
 	if x.Status >= 200 && x.Status < 300 && x.Request.Method != http.MethodOptions || x.Status == http.StatusNotFound {
 		return []string{fmt.Sprintf("%s has no %s operation on %s (only %s), but the API answered %d: describe it in %s",
 			File, x.Request.Method, path, strings.Join(allowed, ", "), x.Status, File)}
@@ -53,22 +46,6 @@ func (s *Spec) checkNoOperation(x Exchange, req *http.Request) []string {
 	}
 	return s.checkOutside(x, http.StatusMethodNotAllowed, http.StatusRequestEntityTooLarge,
 		http.StatusRequestHeaderFieldsTooLarge, http.StatusInternalServerError)
-}
-
-// pathMethods returns the path template that matches req and the methods the
-// description has for it.
-func (s *Spec) pathMethods(req *http.Request) (path string, allowed []string) {
-	path = req.URL.Path
-	for _, m := range methods {
-		r := req.Clone(context.Background())
-		r.Method = m
-		if route, _, err := s.router.FindRoute(r); err == nil {
-			path = route.Path
-			allowed = append(allowed, m)
-		}
-	}
-	slices.Sort(allowed)
-	return path, allowed
 }
 
 // checkOutside checks an answer given before any operation: its status must
