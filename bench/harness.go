@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -108,6 +109,11 @@ func StartInProcess(ctx context.Context, h Harness, roles Roles) (Harness, func(
 		stopRoles()
 		front.Wait()
 		workers.stop(true)
+		// What the run wrote goes with it (a million feeds of a big fan-out
+		// would otherwise stay in the user's Redis, and slow every SCAN).
+		clearCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Minute)
+		_ = deletePrefix(clearCtx, h.Redis, h.Prefix) // best effort: the next run clears it first
+		cancel()
 		roles.Close()
 	}
 	if err := probe.WaitHealthy(ctx, h.APIURL); err != nil {

@@ -111,8 +111,13 @@ func TestStartInProcess(t *testing.T) {
 	require.False(t, frontDone.Load(), "stopping the workers stopped the front")
 	require.NoError(t, probe.WaitHealthy(ctx, url))
 
+	require.NoError(t, rdb.Set(ctx, prefix+"written by the run", "v", time.Hour).Err())
 	cleanup()
 	require.True(t, closed.Load())
+	keys, err = rdb.Keys(ctx, prefix+"*").Result()
+	require.NoError(t, err)
+	require.Empty(t, keys, "the cleanup clears what the run wrote")
+	require.EqualValues(t, 1, rdb.Exists(ctx, other+"kept").Val(), "a key outside the prefix was deleted")
 }
 
 // TestStartInProcessUnhealthy: an API that never answers ends the start
@@ -121,7 +126,9 @@ func TestStartInProcessUnhealthy(t *testing.T) {
 	rdb, prefix := testenv.NewRedis(t)
 	addr, err := probe.FreeAddr() // nothing listens
 	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	// Long enough for the prefix's SCAN on a loaded machine: the start
+	// must fail on the health check, not before it.
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 	defer cancel()
 	var stopped atomic.Int64
 	var closed atomic.Bool
