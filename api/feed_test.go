@@ -239,7 +239,7 @@ func TestFeedPaging(t *testing.T) {
 		// What the fan-out worker would do with a new post of user 1.
 		fanOut := func(p apiPost) {
 			t.Helper()
-			n, err := b.feeds.Push(context.Background(), 1, p.ID, []int64{2}, 0)
+			n, err := b.feeds.Push(context.Background(), 1, p.ID, []int64{2}, 0, true)
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}

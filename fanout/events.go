@@ -50,7 +50,7 @@ func (w *Worker) handle(ctx context.Context, t domain.Delivery) (outcome, error)
 		if err := json.Unmarshal(t.Payload, &c); err != nil || c.PostID <= 0 || c.AuthorID <= 0 || c.After < 0 || c.Until < 0 {
 			return outcomeDone, permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
-		return outcomeDone, w.pushChunk(ctx, c)
+		return outcomeDone, w.pushChunk(ctx, t, c)
 	case domain.FollowCreated, domain.FollowDeleted:
 		var p domain.FollowPayload
 		if err := json.Unmarshal(t.Payload, &p); err != nil || p.FollowerID <= 0 || p.FolloweeID <= 0 {

@@ -29,7 +29,7 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if err != nil {
 		return outcomeDone, err
 	}
-	first := t.Deliveries <= 1 && t.Attempt <= 1 && t.Failures == 0
+	first := firstDelivery(t)
 	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
 		if !pulled {
 			if err := w.graph.MarkPulled(ctx, p.AuthorID); err != nil {
@@ -62,7 +62,13 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if followers > int64(w.cfg.ChunkSize) {
 		return w.split(ctx, t.ID, p)
 	}
-	return outcomeDone, w.push(ctx, p.PostID, p.AuthorID, 0, 0)
+	return outcomeDone, w.push(ctx, p.PostID, p.AuthorID, 0, 0, first)
+}
+
+// firstDelivery reports whether t is its event's first delivery, claim and
+// attempt: nothing of its work can have been done before.
+func firstDelivery(t domain.Delivery) bool {
+	return t.Deliveries <= 1 && t.Attempt <= 1 && t.Failures == 0
 }
 
 // split turns a big fan-out into chunks of ChunkSize followers, each an
@@ -86,16 +92,16 @@ func (w *Worker) split(ctx context.Context, eventID int64, p domain.PostPayload)
 	return outcomeSplit, nil
 }
 
-func (w *Worker) pushChunk(ctx context.Context, c domain.ChunkPayload) error {
+func (w *Worker) pushChunk(ctx context.Context, t domain.Delivery, c domain.ChunkPayload) error {
 	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
 		return err
 	}
-	return w.push(ctx, c.PostID, c.AuthorID, c.After, c.Until)
+	return w.push(ctx, c.PostID, c.AuthorID, c.After, c.Until, firstDelivery(t))
 }
 
 // push writes a post into the feeds of the author's followers in (after,
-// until] (until 0: no bound).
-func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64) error {
+// until] (until 0: no bound). first: see Feeds.Push.
+func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64, first bool) error {
 	// Read before the pages: a feed whose reader unfollowed someone, or was
 	// rebuilt, after this point is checked against whom they follow now.
 	asOf, err := w.graph.WritePosition(ctx)
@@ -103,7 +109,7 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64)
 		return err
 	}
 	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
-		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf)
+		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf, first)
 		w.metrics.entries.Add(float64(added))
 		if err == nil {
 			w.cfg.Live.Pushed(ctx, postID, authorID, followers)

@@ -64,7 +64,9 @@ type Feeds interface {
 	// Push adds a post by authorID to the existing feeds among followers
 	// whose readers follow the author now, and returns how many gained it.
 	// asOf is the Graph's write position read before the followers were.
-	Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error)
+	// first says that no feed can hold the post yet (the first delivery of
+	// its fan-out), which lets the feeds take it without looking.
+	Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error)
 	// Followed merges the followee's recent posts into the follower's feed
 	// and returns how many were new.
 	Followed(ctx context.Context, follower, followee int64) (int, error)

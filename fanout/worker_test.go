@@ -403,14 +403,14 @@ type hookedFeeds struct {
 	pushes, followed, unfollowed atomic.Int64
 }
 
-func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error) {
+func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error) {
 	f.pushes.Add(1)
 	if f.beforePush != nil {
 		if err := f.beforePush(ctx); err != nil {
 			return 0, err
 		}
 	}
-	return f.Feeds.Push(ctx, authorID, postID, followers, asOf)
+	return f.Feeds.Push(ctx, authorID, postID, followers, asOf, first)
 }
 
 func (f *hookedFeeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
@@ -497,7 +497,8 @@ func TestPostCreated(t *testing.T) {
 		b.buildFeeds(t, followers)
 		postID := b.post(t, author)
 
-		// The same event in two tickets (a redelivery), processed side by side.
+		// The same claim in two tickets (a publish retried after its reply
+		// was lost), processed side by side.
 		events, err := b.db.Claim(t.Context(), 10, time.Hour)
 		require.NoError(t, err)
 		require.Len(t, events, 1)
@@ -516,11 +517,44 @@ func TestPostCreated(t *testing.T) {
 			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
 			require.Equal(t, []int64{postID}, b.readFeed(t, u), "follower %d", u)
 		}
-		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"),
-			"repeats of an entry are counted")
+		// Each ticket of the claim took itself for the first delivery and
+		// appended without looking (feed.Feeds.Push): the count says what
+		// was appended, the feeds keep one of each.
+		require.EqualValues(t, 3*len(followers), b.metric(t, "newsfeed_fanout_entries_total"))
 		require.Equal(t, "done", b.row(t, events[0].ID).Status)
 		eventually(t, func(c *assert.CollectT) { require.Zero(c, b.pending(c)) })
 		b.requireQueueEmpty(t)
+	})
+
+	t.Run("ARedeliveryLooksAndCountsNothingAgain", func(t *testing.T) {
+		t.Parallel()
+		w, b := setup(t, fanout.Config{Concurrency: 2, PageSize: 7}, feed.Config{})
+		const author = int64(1)
+		followers := userRange(2, 51)
+		b.follow(t, author, followers)
+		b.buildFeeds(t, followers)
+		postID := b.post(t, author)
+		events, err := b.db.Claim(t.Context(), 10, time.Hour)
+		require.NoError(t, err)
+		require.Len(t, events, 1)
+		b.publish(t, events[0])
+		run(t, w)
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 1, b.tickets(c, domain.PostCreated, "done"))
+		})
+		// The event claimed again (its first claim's lease ran out): the
+		// feeds are read, and the post is in every one.
+		again := events[0]
+		again.Attempt = 2
+		b.publish(t, again)
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 2, b.tickets(c, domain.PostCreated, "done"))
+		})
+		for _, u := range followers {
+			require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
+		}
+		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"),
+			"a redelivery's repeats are not counted")
 	})
 
 	t.Run("TrimsFeedsToMaxLenKeepingTheMarker", func(t *testing.T) {

@@ -42,8 +42,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 	since := f.replicas.Begin(ctx, f.keys.pulled(), f.keys.timeline(authorID))
 	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
 	if err == nil {
-		keys := []string{f.keys.timeline(authorID), f.keys.timelineTail(authorID)}
-		_, err = f.runOverKeys(ctx, pushScript, keys, 2, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), "", 0, 0)
+		_, err = f.runOverKeys(ctx, pushScript, f.keys.timelineSet(authorID).list(), 3, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), "", 0, 0, flag(false))
 	}
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -57,8 +56,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
 	since := f.replicas.Begin(ctx, f.keys.timeline(authorID))
-	keys := []string{f.keys.timeline(authorID), f.keys.timelineTail(authorID)}
-	_, err := f.runOverKeys(ctx, removeScript, keys, 2, postID)
+	_, err := f.runOverKeys(ctx, removeScript, f.keys.timelineSet(authorID).list(), 3, postID)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}

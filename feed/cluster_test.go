@@ -29,7 +29,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 	const author = 1
 	followers := seedSpreadReaders(t, f, author)
 
-	n, err := f.Push(ctx, author, 11, followers, 0)
+	n, err := f.Push(ctx, author, 11, followers, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, len(followers), n)
 
@@ -41,7 +41,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 		flushed = true
 		return node.ScriptFlush(ctx).Err()
 	}))
-	n, err = f.Push(ctx, author, 12, followers, 0)
+	n, err = f.Push(ctx, author, 12, followers, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, len(followers), n, "every entry written is counted, once")
 }

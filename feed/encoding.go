@@ -12,19 +12,29 @@ import (
 )
 
 // How a set — a home feed or a celebrity's timeline — is laid out in Redis:
-// a string and a list, so that a full feed of 800 entries costs under 10
-// bytes an entry instead of the ~100 of a sorted set too big for a
-// listpack, and a push is one APPEND.
+// two strings and a list, so that a full feed of 800 entries costs under
+// 10 bytes an entry instead of the ~100 of a sorted set too big for a
+// listpack, and a push is an MGET of a few bytes and an APPEND.
 //
-//	head  <prefix>feed:{id}      a string: the header, then the newest
-//	                             entries, 8 bytes big-endian each
+//	meta  <prefix>feed:{id}      a string, the header (below): whether the
+//	                             set is there, and what it is
+//	head  <prefix>feedhead:{id}  a string: 0xF2, then the newest entries,
+//	                             8 bytes big-endian each, in the order
+//	                             pushes appended them
 //	tail  <prefix>feedtail:{id}  a list of chunks of the older entries,
 //	                             each chunk a string of them, 8 bytes
 //	                             big-endian each (a list grows and shrinks
 //	                             at both ends without copying the rest)
 //
-// Entries are post ids, ascending in each of the two, and never in both;
-// every head entry is newer than every tail entry. The header is 30 bytes:
+// Entries are post ids, never in both head and tail: the tail's ascending
+// without repeats, the head's as they came — fan-outs side by side finish
+// in any order, and a push that takes itself for a first one appends its
+// post without looking (see pushScript), so a post may be there twice until
+// the head is rewritten in order; every head entry is newer than every tail
+// entry. The meta is kept apart from the entries because a push reads it
+// for every follower of a page: in one MGET, a script reads a few bytes a
+// follower instead of a head's hundreds (Redis turns what a script reads
+// into Lua strings at about 1.5 ns a byte). The header is 30 bytes:
 //
 //	byte  1      0xF1, this layout
 //	byte  2      flags: 1 complete (a newest prefix of the truth, every post
@@ -38,19 +48,20 @@ import (
 //	             (see pushScript)
 //	bytes 19–22  how many entries the tail holds
 //	bytes 23–30  the tail's newest entry (0: none), which tells a push
-//	             whether the tail could hold its post
+//	             whether its post goes into the tail or the head
 //
-// A push of the newest post appends to the head; once the head holds
-// spillAt entries, the older half moves to the tail as one chunk, and a
-// complete set is trimmed to max_len then: an RPUSH of the chunk, an LPOP
-// or LSET of the oldest. The newest
-// entries stay in the head (at least one while the set holds any), so that
-// a push compares with them without reading the tail. The tail lives as
-// long as the head (every write gives it the head's time to live); a head
-// whose tail is not there, or not as long as the header says, is treated as
-// missing and rebuilt.
+// A push of a post newer than the tail's newest appends to the head; once
+// the head holds spillAt entries, they are put in order and the older half
+// moves to the tail as one chunk, and a complete set is trimmed to max_len
+// then: an RPUSH of the chunk, an LPOP or LSET of the oldest. The newest
+// entries stay in the head (at least one while the set holds any). Head
+// and tail live as long as the meta (every write that makes them gives
+// them its time to live); a set whose head is missing (an APPEND to a lost
+// head makes a string without the 0xF2), or whose tail is not as long as
+// the header says, is treated as missing and rebuilt.
 const (
-	headMagic    = 0xF1
+	headMagic    = 0xF1 // the meta's first byte (it began the head, before the meta had a key of its own)
+	entriesMagic = 0xF2 // the head's first byte
 	headerLen    = 30
 	flagComplete = 1
 	flagWhole    = 2
@@ -61,11 +72,13 @@ const (
 // spillAt is how many entries the head gathers before the older half of
 // them moves to the tail: an eighth of max_len (at most 64), so the tail is
 // rewritten (and a full feed trimmed) once per spillAt/2 pushes, and a post
-// pushed up to spillAt/2 places out of order changes the head alone.
-func spillAt(maxLen int) int { return min(max(maxLen/8, 1), 64) }
+// pushed up to spillAt/2 places out of order is appended to the head like
+// any other.
+func spillAt(maxLen int) int { return min(max(maxLen/6, 1), 128) }
 
-// head is a set's head, parsed.
-type head struct {
+// header is a set's meta, parsed, with the head's entries (recent, as
+// stored: in the order they came).
+type header struct {
 	flags   byte
 	token   [8]byte
 	asOf    int64
@@ -74,26 +87,33 @@ type head struct {
 	recent  []byte
 }
 
-func parseHead(v []byte) (head, bool) {
-	if len(v) < headerLen || v[0] != headMagic || (len(v)-headerLen)%entryLen != 0 {
-		return head{}, false
+// parseSet parses a set's meta and head values; false when either is not
+// of this layout (a key missing, or left by an older version).
+func parseSet(metaV, headV []byte) (header, bool) {
+	if len(metaV) != headerLen || metaV[0] != headMagic ||
+		len(headV) < 1 || headV[0] != entriesMagic || (len(headV)-1)%entryLen != 0 {
+		return header{}, false
 	}
-	h := head{flags: v[1], asOf: getInt(v[10:18]),
-		tailN: int(binary.BigEndian.Uint32(v[18:22])), tailMax: getInt(v[22:30]),
-		recent: v[headerLen:]}
-	copy(h.token[:], v[2:10])
+	h := header{flags: metaV[1], asOf: getInt(metaV[10:18]),
+		tailN: int(binary.BigEndian.Uint32(metaV[18:22])), tailMax: getInt(metaV[22:30]),
+		recent: headV[1:]}
+	copy(h.token[:], metaV[2:10])
 	return h, true
 }
 
-func (h head) value() []byte {
-	v := make([]byte, headerLen, headerLen+len(h.recent))
+// meta is the meta key's value.
+func (h header) meta() []byte {
+	v := make([]byte, headerLen)
 	v[0], v[1] = headMagic, h.flags
 	copy(v[2:10], h.token[:])
 	putInt(v[10:18], h.asOf)
 	binary.BigEndian.PutUint32(v[18:22], uint32(min(max(h.tailN, 0), math.MaxUint32))) // ≤ max_len
 	putInt(v[22:30], h.tailMax)
-	return append(v, h.recent...)
+	return v
 }
+
+// head is the head key's value.
+func (h header) head() []byte { return append([]byte{entriesMagic}, h.recent...) }
 
 // getInt and putInt read and write the header's and the entries' numbers:
 // post ids and write positions, never negative, 8 bytes big-endian (which
@@ -104,9 +124,17 @@ func getInt(b []byte) int64 {
 
 func putInt(b []byte, n int64) { binary.BigEndian.PutUint64(b, uint64(max(n, 0))) }
 
-func (h head) building() bool { return h.token != [8]byte{} }
+// entries are the head's entries ascending, without repeats: a push
+// appends its post as it comes (see pushScript).
+func (h header) entries() []int64 {
+	ids := unpackIDs(h.recent)
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
 
-func (h head) complete() bool { return !h.building() && h.flags&flagComplete != 0 }
+func (h header) building() bool { return h.token != [8]byte{} }
+
+func (h header) complete() bool { return !h.building() && h.flags&flagComplete != 0 }
 
 // packIDs lays ids out as entries: ascending, without repeats.
 func packIDs(ids []int64) []byte {
@@ -131,13 +159,13 @@ func unpackIDs(p []byte) []int64 {
 // setValues lays out a complete set holding ids (the newest maxLen of
 // them) as the scripts would leave it: the newest entry in the head, the
 // rest in the tail.
-func setValues(ids []int64, maxLen int, whole bool) (headV []byte, tail []any) {
+func setValues(ids []int64, maxLen int, whole bool) (metaV, headV []byte, tail []any) {
 	sorted := unpackIDs(packIDs(ids))
 	if len(sorted) > maxLen {
 		sorted, whole = sorted[len(sorted)-maxLen:], false
 	}
 	split := max(len(sorted)-1, 0)
-	h := head{flags: flagComplete, tailN: split, recent: packIDs(sorted[split:])}
+	h := header{flags: flagComplete, tailN: split, recent: packIDs(sorted[split:])}
 	if split > 0 {
 		h.tailMax = sorted[split-1]
 	}
@@ -147,7 +175,7 @@ func setValues(ids []int64, maxLen int, whole bool) (headV []byte, tail []any) {
 	for i := 0; i < split; i += tailChunk {
 		tail = append(tail, packIDs(sorted[i:min(i+tailChunk, split)]))
 	}
-	return h.value(), tail
+	return h.meta(), h.head(), tail
 }
 
 // tailChunk is how many entries the chunks of a tail laid out at once hold
@@ -160,17 +188,17 @@ type storedSet struct {
 	ids                               []int64 // ascending
 }
 
-// decodeSet makes sense of a set's head as GET returned it (redis.Nil for a
-// missing key) and of its tail's chunks as LRANGE did. A head of another
-// layout (a sorted set of an older version answers WRONGTYPE), or a tail
-// that does not match it, reads as a missing set, which the next read
-// rebuilds.
-func decodeSet(headV []byte, headErr error, chunks []string, tailErr error) (storedSet, error) {
-	if err := cmp.Or(failure(headErr), failure(tailErr)); err != nil {
+// decodeSet makes sense of a set's meta and head as GET returned them
+// (redis.Nil for a missing key) and of its tail's chunks as LRANGE did. A
+// set of another layout (a sorted set of an older version answers
+// WRONGTYPE), or a head or tail that does not match its meta, reads as a
+// missing set, which the next read rebuilds.
+func decodeSet(metaV []byte, metaErr error, headV []byte, headErr error, chunks []string, tailErr error) (storedSet, error) {
+	if err := cmp.Or(failure(metaErr), failure(headErr), failure(tailErr)); err != nil {
 		return storedSet{}, err
 	}
-	h, ok := parseHead(headV)
-	if headErr != nil || !ok {
+	h, ok := parseSet(metaV, headV)
+	if metaErr != nil || headErr != nil || !ok {
 		return storedSet{}, nil
 	}
 	var tail []byte
@@ -180,33 +208,42 @@ func decodeSet(headV []byte, headErr error, chunks []string, tailErr error) (sto
 	if len(tail) != entryLen*h.tailN {
 		return storedSet{}, nil
 	}
-	// The tail's entries, then the head's, ascending without repeats as the
-	// scripts keep them; a set that is not reads as missing and is rebuilt.
-	ids := unpackIDs(append(tail, h.recent...))
+	// The tail's entries, ascending without repeats as the scripts keep
+	// them, then the head's, in order (pushes append them as they come);
+	// every head entry is newer than the tail's. A set that is not so reads
+	// as missing and is rebuilt.
+	ids := unpackIDs(tail)
 	for i := 1; i < len(ids); i++ {
 		if ids[i] <= ids[i-1] {
 			return storedSet{}, nil
 		}
 	}
+	recent := h.entries()
+	if len(ids) > 0 && len(recent) > 0 && recent[0] <= ids[len(ids)-1] {
+		return storedSet{}, nil
+	}
+	ids = append(ids, recent...)
 	return storedSet{exists: true, complete: h.complete(), whole: h.flags&flagWhole != 0, building: h.building(),
 		ids: ids}, nil
 }
 
-// setCmds read one set in a pipeline: its head and its tail's chunks.
+// setCmds read one set in a pipeline: its meta, its head and its tail's
+// chunks.
 type setCmds struct {
-	head *redis.StringCmd
-	tail *redis.StringSliceCmd
+	meta, head *redis.StringCmd
+	tail       *redis.StringSliceCmd
 }
 
 func getSet(ctx context.Context, p redis.Pipeliner, set setKeys) setCmds {
-	return setCmds{head: p.Get(ctx, set.head), tail: p.LRange(ctx, set.tail, 0, -1)}
+	return setCmds{meta: p.Get(ctx, set.meta), head: p.Get(ctx, set.head), tail: p.LRange(ctx, set.tail, 0, -1)}
 }
 
 // decode is decodeSet of what the commands read.
 func (c setCmds) decode() (storedSet, error) {
+	metaV, metaErr := c.meta.Bytes()
 	headV, headErr := c.head.Bytes()
 	chunks, tailErr := c.tail.Result()
-	return decodeSet(headV, headErr, chunks, tailErr)
+	return decodeSet(metaV, metaErr, headV, headErr, chunks, tailErr)
 }
 
 // failure is err unless it only says that a key is not there or is not a
@@ -282,7 +319,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]
 	for i := range sets {
 		set, err := cmds[i].decode()
 		if err != nil {
-			return nil, fmt.Errorf("inspect %s: %w", sets[i].head, err)
+			return nil, fmt.Errorf("inspect %s: %w", sets[i].meta, err)
 		}
 		out[i] = Stored{Exists: set.exists, Complete: set.complete, Whole: set.whole, Building: set.building, IDs: set.ids}
 	}

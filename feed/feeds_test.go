@@ -189,7 +189,7 @@ func TestRead(t *testing.T) {
 		page, err := b.feeds.Read(ctx, 10, 0, 2)
 		require.NoError(t, err)
 		newer := b.post(t, 1)
-		_, err = b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t))
+		_, err = b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 		got := []int64{page.Posts[0].ID, page.Posts[1].ID}
 		for before := page.Next; before != 0; {
@@ -275,7 +275,7 @@ func TestRead(t *testing.T) {
 		// A post created and fanned out while the rebuild reads PostgreSQL:
 		// the rebuild's snapshot may miss it, the push must not.
 		newer := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t))
+		n, err := b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the feed under rebuild accepts pushes")
 		close(b.store.gate)
@@ -287,8 +287,8 @@ func TestRead(t *testing.T) {
 		b := setup(t, feed.Config{})
 		b.follow(t, 10, 1)
 		id := b.post(t, 1)
-		// What a crashed rebuild leaves: its token in the head, not complete.
-		require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), feed.BuildingHead(), 0).Err())
+		// What a crashed rebuild leaves: its token in the set, not complete.
+		require.NoError(t, feed.WriteBuilding(ctx, b.rdb, b.prefix, 10, 0))
 		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
 		stored := b.stored(t, 10)
 		require.True(t, stored.Complete, "complete")
@@ -318,12 +318,17 @@ func TestPush(t *testing.T) {
 		b.follow(t, 11, 1)
 		require.Empty(t, b.readAll(t, 10, 20)) // builds feed 10
 		id := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
+		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
+		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), false)
 		require.NoError(t, err)
 		require.Zero(t, n, "a repeated push adds nothing")
+		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
+		require.NoError(t, err)
+		require.Equal(t, 1, n, "a push taken for a first one appends without looking…")
+		require.Equal(t, []int64{id}, b.stored(t, 10).IDs, "…and the feed still holds the post once")
+		require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
 		exists, err := b.rdb.Exists(ctx, b.feedKey(11)).Result()
 		require.NoError(t, err)
 		require.Zero(t, exists, "no feed is created for a user who never read")
@@ -338,7 +343,7 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		for id := int64(1); id <= 10; id++ {
-			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
+			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), true)
 			require.NoError(t, err)
 		}
 		stored := b.stored(t, 10)
@@ -352,9 +357,9 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		const maxID = 1<<53 - 1 // the schema caps the post id sequence here
-		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10}, b.now(t))
+		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
-		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10}, b.now(t))
+		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 		ids := b.stored(t, 10).IDs
 		require.Equal(t, []int64{maxID - 1, maxID}, ids[len(ids)-2:])
@@ -366,7 +371,7 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		require.NoError(t, b.rdb.ScriptFlush(ctx).Err())
-		n, err := b.feeds.Push(ctx, 1, 5, []int64{10}, b.now(t))
+		n, err := b.feeds.Push(ctx, 1, 5, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	})
@@ -413,7 +418,7 @@ func TestInactiveFeedsExpire(t *testing.T) {
 	require.NoError(t, b.rdb.PExpire(ctx, b.feedKey(10), time.Millisecond).Err())
 	require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.feedKey(10)).Val() == 0 }, time.Second, time.Millisecond)
 	second := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t))
+	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t), true)
 	require.NoError(t, err)
 	require.Zero(t, n, "no work and no memory for a reader who is away")
 	// …and their return rebuilds it, with everything.
@@ -479,7 +484,7 @@ func TestFeedsStayComplete(t *testing.T) {
 		b.follow(t, 10, 2)
 		_, err = b.feeds.Followed(ctx, 10, 2) // floored at the second of those three
 		require.NoError(t, err)
-		n, err := b.feeds.Push(ctx, 1, late, []int64{10}, b.now(t))
+		n, err := b.feeds.Push(ctx, 1, late, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 		require.Zero(t, n, "older than what the prefix holds: left to PostgreSQL")
 		require.Equal(t, b.truth(t, 10), b.readAll(t, 10, 2))

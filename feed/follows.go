@@ -31,7 +31,7 @@ func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, er
 }
 
 func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, error) {
-	keys := []string{f.keys.feed(follower), f.keys.feedTail(follower), f.keys.following(follower)}
+	keys := append(f.keys.feedSet(follower).list(), f.keys.following(follower))
 	there, err := followScript.Run(ctx, f.rdb, keys, followee, f.ttlSeconds()).Int()
 	if err != nil {
 		return 0, err
@@ -79,7 +79,7 @@ func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error 
 }
 
 func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error {
-	keys := []string{f.keys.feed(follower), f.keys.feedTail(follower), f.keys.following(follower)}
+	keys := append(f.keys.feedSet(follower).list(), f.keys.following(follower))
 	// Read now, after the unfollow was committed (its event is being
 	// handled): a page of followers read after this position no longer
 	// holds the follower, and one read before it makes the push script ask
@@ -124,18 +124,19 @@ func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error 
 // unfollow script takes it ("-" when the feed holds no post, or is not
 // there: the script then drops what is left of it).
 func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, since int64, err error) {
-	var headCmd, lowest *redis.StringCmd
+	var metaCmd, headCmd, lowest *redis.StringCmd
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
 	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		headCmd, lowest = p.Get(ctx, set.head), p.LIndex(ctx, set.tail, 0)
+		metaCmd, headCmd, lowest = p.Get(ctx, set.meta), p.Get(ctx, set.head), p.LIndex(ctx, set.tail, 0)
 		return nil
 	})
+	metaV, metaErr := metaCmd.Bytes()
 	headV, headErr := headCmd.Bytes()
-	if err := cmp.Or(failure(headErr), failure(lowest.Err())); err != nil {
+	if err := cmp.Or(failure(metaErr), failure(headErr), failure(lowest.Err())); err != nil {
 		return "", 0, err
 	}
-	h, ok := parseHead(headV)
+	h, ok := parseSet(metaV, headV)
 	switch {
 	case !ok:
 		return "-", 0, nil
@@ -146,8 +147,8 @@ func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, sinc
 	// lower of the two: a tail that went missing leaves the head's, and the
 	// script then drops the feed).
 	var id int64
-	if len(h.recent) >= entryLen {
-		id = unpackIDs(h.recent[:entryLen])[0]
+	if recent := h.entries(); len(recent) > 0 {
+		id = recent[0]
 	}
 	if first := lowest.Val(); h.tailN > 0 && len(first) >= entryLen {
 		if low := unpackIDs([]byte(first[:entryLen]))[0]; id == 0 || low < id {

@@ -131,7 +131,7 @@ func TestPushAfterUnfollowNeverShows(t *testing.T) {
 	late := b.post(t, 1) // its fan-out read follower 10 before the unfollow…
 	asOf := b.now(t)
 	b.unfollow(t, 10, 1)
-	n, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf) // …and writes after it
+	n, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf, true) // …and writes after it
 	require.NoError(t, err)
 	require.Zero(t, n, "the feed refuses a post of an author its reader does not follow")
 	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
@@ -268,9 +268,9 @@ func TestRebuildWaitRunsOut(t *testing.T) {
 	b.follow(t, 10, 1)
 	want := []int64{b.post(t, 1), b.post(t, 1), b.post(t, 1)}
 	slices.Reverse(want)
-	// Another reader's rebuild, stuck: its lock, its token in the head.
+	// Another reader's rebuild, stuck: its lock, its token in the set.
 	require.NoError(t, b.rdb.Set(ctx, b.prefix+"feedlock:{10}", "someone else", time.Minute).Err())
-	require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), feed.BuildingHead(), time.Minute).Err())
+	require.NoError(t, feed.WriteBuilding(ctx, b.rdb, b.prefix, 10, time.Minute))
 	require.Equal(t, want, b.readAll(t, 10, 2))
 	require.Equal(t, int32(0), b.store.rebuilds.Load(), "this reader did not rebuild")
 	require.False(t, b.stored(t, 10).Complete, "and the feed is still not complete")
@@ -425,7 +425,7 @@ func TestStalePushDuringARebuild(t *testing.T) {
 	b.unfollow(t, 10, 1) // the feed does not exist (never read, or lost)
 	done := b.readAsync(t, 10)
 	<-gs.entered // the rebuild read PostgreSQL, after the unfollow
-	_, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf)
+	_, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf, true)
 	require.NoError(t, err)
 	close(gate)
 	<-done
@@ -524,7 +524,7 @@ func TestPostFannedOutDuringAFollow(t *testing.T) {
 	}()
 	<-gate.entered // the backfill was read
 	newer := b.post(t, 2)
-	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}, b.now(t)) // its fan-out sees follower 10
+	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}, b.now(t), true) // its fan-out sees follower 10
 	require.NoError(t, err)
 	close(gate.release)
 	require.NoError(t, <-followed)
@@ -547,7 +547,7 @@ func TestPushesDuringARebuildAreNotTrimmed(t *testing.T) {
 	for range 4 {
 		id := b.post(t, 1)
 		pushed = append(pushed, id)
-		_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
+		_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 	}
 	deleted := pushed[3]

@@ -1,14 +1,14 @@
 // Package feed is the home feed: a compact set per user in Redis with the
-// ids of the posts pushed to them, ascending and without repeats (a second
-// push of the same post changes nothing), trimmed to feed.max_len, read
-// newest first and
-// hydrated from a post cache with PostgreSQL behind it. Reading past what
+// ids of the posts pushed to them — each read once, whatever order and
+// however often pushes brought them —, trimmed to feed.max_len, read
+// newest first and hydrated from a post cache with PostgreSQL behind it. Reading past what
 // Redis keeps, and rebuilding a feed Redis lost, go to PostgreSQL.
 //
 // # Sets
 //
 // A feed (and a celebrity's timeline, which works the same way) is stored
-// compactly, in two strings (see encoding.go), with flags in its header:
+// compactly, in two strings and a list (see encoding.go), with flags in its
+// meta key:
 //
 //	complete  a newest prefix of the truth, every post it should hold down
 //	          to its lowest entry
@@ -42,7 +42,7 @@
 //
 // Writers push only into feeds that exist, so a feed that Redis lost, or that
 // was never read, costs nothing until its owner reads it and it is rebuilt.
-// A rebuild first writes an empty head holding its token, so that pushes
+// A rebuild first writes an empty set holding its token, so that pushes
 // made while it reads PostgreSQL land in the feed too, and marks it complete
 // at the end — only if its own token is still there: a follow or an
 // unfollow while it read drops the set, a later rebuild replaces the token,
@@ -73,30 +73,40 @@ func Key(prefix string, userID int64) string {
 }
 
 // StorageKeys are every Redis key that holds userID's home feed under
-// prefix (not the reader's following hash): what MEMORY USAGE must sum to
-// tell what a feed costs.
+// prefix (not the reader's following hash), in the order of encoding.go —
+// meta, head, tail: what MEMORY USAGE must sum to tell what a feed costs.
 func StorageKeys(prefix string, userID int64) []string {
-	k := keys{prefix}
-	return []string{k.feed(userID), k.feedTail(userID)}
+	return keys{prefix}.feedSet(userID).list()
 }
 
 // KeyPrefix is how every home feed key under prefix begins.
 func KeyPrefix(prefix string) string { return prefix + "feed:" }
 
+// feed is the meta key of userID's feed: whether and how it is there.
 func (k keys) feed(userID int64) string { return Key(k.prefix, userID) }
+
+// feedHead holds the newest entries of userID's feed (see encoding.go).
+func (k keys) feedHead(userID int64) string {
+	return k.prefix + "feedhead:{" + strconv.FormatInt(userID, 10) + "}"
+}
 
 // feedTail holds the older entries of userID's feed (see encoding.go).
 func (k keys) feedTail(userID int64) string {
 	return k.prefix + "feedtail:{" + strconv.FormatInt(userID, 10) + "}"
 }
 
-// setKeys are the two keys of a set (see encoding.go).
-type setKeys struct{ head, tail string }
+// setKeys are the three keys of a set (see encoding.go).
+type setKeys struct{ meta, head, tail string }
 
-func (k keys) feedSet(userID int64) setKeys { return setKeys{k.feed(userID), k.feedTail(userID)} }
+// list is the keys in the order the scripts take them.
+func (s setKeys) list() []string { return []string{s.meta, s.head, s.tail} }
+
+func (k keys) feedSet(userID int64) setKeys {
+	return setKeys{k.feed(userID), k.feedHead(userID), k.feedTail(userID)}
+}
 
 func (k keys) timelineSet(authorID int64) setKeys {
-	return setKeys{k.timeline(authorID), k.timelineTail(authorID)}
+	return setKeys{k.timeline(authorID), k.timelineHead(authorID), k.timelineTail(authorID)}
 }
 
 func (k keys) following(userID int64) string {
@@ -109,6 +119,10 @@ func (k keys) rebuildLock(userID int64) string {
 
 func (k keys) timeline(authorID int64) string {
 	return k.prefix + "timeline:{" + strconv.FormatInt(authorID, 10) + "}"
+}
+
+func (k keys) timelineHead(authorID int64) string {
+	return k.prefix + "timelinehead:{" + strconv.FormatInt(authorID, 10) + "}"
 }
 
 func (k keys) timelineTail(authorID int64) string {

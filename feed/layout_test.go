@@ -14,10 +14,11 @@ import (
 )
 
 // checkLayout reads user's feed keys raw and checks the layout invariants of
-// encoding.go: ascending head and chunks, chunks ascending, no repeats,
-// tailN and tailMax right, every tail entry ≤ tailMax ≤ the head's last, a
-// non-empty head whenever the tail is non-empty, and a tail that expires
-// when the head does.
+// encoding.go: ascending chunks, chunks ascending, no repeats in the tail
+// and none between head and tail (the head may hold its entries in any
+// order, and one twice), tailN and tailMax right, every tail entry ≤
+// tailMax < every head entry, a non-empty head whenever the tail is
+// non-empty, and a tail that expires when the head does.
 func (b *bundle) checkLayout(t *testing.T, user int64) {
 	t.Helper()
 	b.checkLayoutTTL(t, user, true)
@@ -26,22 +27,26 @@ func (b *bundle) checkLayout(t *testing.T, user int64) {
 func (b *bundle) checkLayoutTTL(t *testing.T, user int64, ttl bool) {
 	t.Helper()
 	ctx := context.Background()
-	keys := feed.StorageKeys(b.prefix, user)
-	v, err := b.rdb.Get(ctx, keys[0]).Bytes()
+	keys := feed.StorageKeys(b.prefix, user) // meta, head, tail
+	meta, err := b.rdb.Get(ctx, keys[0]).Bytes()
 	if err != nil {
-		n, _ := b.rdb.Exists(ctx, keys[1]).Result()
-		require.Zero(t, n, "a tail without its head")
+		n, _ := b.rdb.Exists(ctx, keys[1], keys[2]).Result()
+		require.Zero(t, n, "a head or a tail without its meta")
 		return
 	}
-	require.GreaterOrEqual(t, len(v), 30)
-	require.Zero(t, (len(v)-30)%8)
-	tailN := int(binary.BigEndian.Uint32(v[18:22]))
-	tailMax := int64(binary.BigEndian.Uint64(v[22:30]))
+	require.Len(t, meta, 30)
+	v, err := b.rdb.Get(ctx, keys[1]).Bytes()
+	require.NoError(t, err, "a meta without its head")
+	require.NotEmpty(t, v)
+	require.Equal(t, byte(0xF2), v[0])
+	require.Zero(t, (len(v)-1)%8)
+	tailN := int(binary.BigEndian.Uint32(meta[18:22]))
+	tailMax := int64(binary.BigEndian.Uint64(meta[22:30]))
 	var recent []int64
-	for p := 30; p < len(v); p += 8 {
+	for p := 1; p < len(v); p += 8 {
 		recent = append(recent, int64(binary.BigEndian.Uint64(v[p:])))
 	}
-	chunks, err := b.rdb.LRange(ctx, keys[1], 0, -1).Result()
+	chunks, err := b.rdb.LRange(ctx, keys[2], 0, -1).Result()
 	require.NoError(t, err)
 	var tail []int64
 	for _, c := range chunks {
@@ -51,34 +56,33 @@ func (b *bundle) checkLayoutTTL(t *testing.T, user int64, ttl bool) {
 			tail = append(tail, int64(binary.BigEndian.Uint64([]byte(c[p:]))))
 		}
 	}
-	for i := 1; i < len(recent); i++ {
-		require.Less(t, recent[i-1], recent[i], "head ascending: %v", recent)
-	}
 	for i := 1; i < len(tail); i++ {
 		require.Less(t, tail[i-1], tail[i], "tail ascending: %v", tail)
 	}
 	require.Equal(t, len(tail), tailN, "tailN")
 	if len(tail) == 0 {
 		require.Zero(t, tailMax, "tailMax of an empty tail")
-		return
-	}
-	require.Equal(t, tail[len(tail)-1], tailMax, "tailMax")
-	require.NotEmpty(t, recent, "an empty head with a tail")
-	require.Less(t, tailMax, recent[len(recent)-1], "the head's last is the newest")
-	for _, id := range recent {
-		for _, x := range tail {
-			require.NotEqual(t, id, x, "in head and tail")
+	} else {
+		require.Equal(t, tail[len(tail)-1], tailMax, "tailMax")
+		require.NotEmpty(t, recent, "an empty head with a tail")
+		for _, id := range recent {
+			require.Less(t, tailMax, id, "a head entry not newer than the tail: %v", recent)
 		}
 	}
 	if !ttl {
 		return
 	}
-	headTTL, err := b.rdb.PTTL(ctx, keys[0]).Result()
+	metaTTL, err := b.rdb.PTTL(ctx, keys[0]).Result()
 	require.NoError(t, err)
-	tailTTL, err := b.rdb.PTTL(ctx, keys[1]).Result()
-	require.NoError(t, err)
-	if headTTL > 0 {
-		require.Greater(t, tailTTL, time.Duration(0), "the tail expires with the head (head %v, tail %v)", headTTL, tailTTL)
+	for _, k := range keys[1:] {
+		if n, _ := b.rdb.Exists(ctx, k).Result(); n == 0 {
+			continue
+		}
+		kTTL, err := b.rdb.PTTL(ctx, k).Result()
+		require.NoError(t, err)
+		if metaTTL > 0 {
+			require.Greater(t, kTTL, time.Duration(0), "%s expires with the meta (meta %v, %s %v)", k, metaTTL, k, kTTL)
+		}
 	}
 }
 
@@ -112,7 +116,7 @@ func TestLayoutRemoveWithLostTail(t *testing.T) {
 	b.follow(t, 10, 1)
 	p1, p2, p3 := b.post(t, 1), b.post(t, 1), b.post(t, 1)
 	require.Equal(t, newestFirst(p1, p2, p3), b.readAll(t, 10, 20))
-	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[1]).Err()) // the tail is lost
+	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[2]).Err()) // the tail is lost
 	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{p3}), "remove from a feed whose tail is lost")
 }
 
@@ -128,19 +132,48 @@ func TestLayoutPushSpillWithLostTail(t *testing.T) {
 	require.Empty(t, b.readAll(t, 11, 20))
 	a, x, c, d, e := b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1)
 	for _, id := range []int64{a, c, d, e} {
-		_, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t))
+		_, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
 		require.NoError(t, err)
 	}
 	// x lands late, into the tail: 5 entries, one more than max_len (slack).
-	_, err := b.feeds.Push(ctx, 1, x, []int64{10, 11}, b.now(t))
+	_, err := b.feeds.Push(ctx, 1, x, []int64{10, 11}, b.now(t), true)
 	require.NoError(t, err)
 	b.checkLayout(t, 10)
-	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[1]).Err()) // 10's tail is lost
+	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[2]).Err()) // 10's tail is lost
 	f := b.post(t, 1)
-	_, err = b.feeds.Push(ctx, 1, f, []int64{10, 11}, b.now(t))
+	_, err = b.feeds.Push(ctx, 1, f, []int64{10, 11}, b.now(t), true)
 	assert.NoError(t, err, "push into a feed whose tail is lost")
 	require.True(t, b.stored(t, 11).Has(f), "the other reader of the page gained the post")
 	require.Equal(t, newestFirst(a, x, c, d, e, f), b.readAll(t, 10, 20))
+}
+
+// A head lost apart from its meta (evicted, expired apart): the APPEND of a
+// push would make a new head without the layout's first byte. The push
+// drops the set instead — no key of it is left, without a time to live or
+// otherwise — and the next read rebuilds it; the other feeds of the page
+// gain the post.
+func TestLayoutPushWithLostHead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	b.follow(t, 11, 1)
+	p1 := b.post(t, 1)
+	require.Equal(t, []int64{p1}, b.readAll(t, 10, 20))
+	require.Equal(t, []int64{p1}, b.readAll(t, 11, 20))
+	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[1]).Err()) // 10's head is lost
+	require.False(t, b.stored(t, 10).Exists, "a set without its head reads as missing")
+
+	p2 := b.post(t, 1)
+	n, err := b.feeds.Push(ctx, 1, p2, []int64{10, 11}, b.now(t), true)
+	require.NoError(t, err)
+	require.Equal(t, 1, n, "only 11's feed gained the post")
+	left, err := b.rdb.Exists(ctx, feed.StorageKeys(b.prefix, 10)...).Result()
+	require.NoError(t, err)
+	require.Zero(t, left, "the set whose head was lost is dropped whole")
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 11, 20))
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 10, 20), "rebuilt by the read")
+	b.checkLayout(t, 10)
 }
 
 // Out-of-order pushes: walking chunks back, below the oldest chunk of a
@@ -157,18 +190,23 @@ func TestLayoutOutOfOrderAndRemoves(t *testing.T) {
 		for range 60 {
 			ids = append(ids, b.post(t, 1))
 		}
-		push := func(id int64) {
-			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t))
+		push := func(id int64, first bool) {
+			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), first)
 			require.NoError(t, err)
 			b.checkLayout(t, 10)
 		}
-		// every third post first, then the rest from the newest down, each twice
+		// every third post first, then the rest from the newest down, each
+		// twice (the second a redelivery), and every fifth a third time as
+		// a push that takes itself for a first one
 		for i := 0; i < len(ids); i += 3 {
-			push(ids[i])
+			push(ids[i], true)
 		}
 		for i := len(ids) - 1; i >= 0; i-- {
-			push(ids[i])
-			push(ids[i])
+			push(ids[i], i%3 != 0)
+			push(ids[i], false)
+			if i%5 == 0 {
+				push(ids[i], true)
+			}
 		}
 		want := reversed(ids)
 		require.Equal(t, want, b.readAll(t, 10, 7), "max_len %d", maxLen)
@@ -216,7 +254,7 @@ func TestLayoutSortedSetFromAnOlderVersion(t *testing.T) {
 	old := []redis.Z{{Score: 0, Member: "0"}, {Score: 0.5, Member: "w"}, {Score: float64(first), Member: first}}
 	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), old...).Err())
 
-	n, err := b.feeds.Push(ctx, 2, second, []int64{10}, b.now(t))
+	n, err := b.feeds.Push(ctx, 2, second, []int64{10}, b.now(t), true)
 	require.NoError(t, err)
 	require.Zero(t, n, "no push into a feed of another layout")
 	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{first}))

@@ -13,18 +13,31 @@ import (
 // PostgreSQL write position (store.WritePosition) read before the followers
 // were: the feeds whose reader unfollowed someone or was rebuilt since are
 // checked against their following hash, the others need no lookup (0:
-// check every feed). It returns how many feeds gained the entry (a
-// repeated push gains none).
-func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64) (int, error) {
-	keys := make([]string, 0, 3*len(followers))
-	for _, u := range followers {
-		keys = append(keys, f.keys.feed(u), f.keys.feedTail(u), f.keys.following(u))
+// check every feed).
+//
+// first says that no feed can hold the post yet — the first delivery of
+// its fan-out —, and then each feed takes it without being read (see
+// appendScript), at a fraction of the cost. A feed that held it all the
+// same (a redelivery that looked like a first one) holds it twice in its
+// newest entries for a while, which no read and no count of the feed's
+// entries sees: reads and rewrites keep one of each. Without first, a feed
+// takes the post only if it is not there.
+//
+// A push is two steps: appendScript appends the post to the feeds it can
+// (nearly all of a first push's), reading two small keys each, and hands
+// back the others, which pushScript serves, and the heads it filled, which
+// spillScript spills. It returns how many feeds gained the entry: with
+// first, how many it was appended to; otherwise a repeated push gains none.
+func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error) {
+	metas := make([]string, len(followers))
+	for i, u := range followers {
+		metas[i] = f.keys.feed(u)
 	}
-	since := f.replicas.Begin(ctx, keys...)
+	since := f.replicas.Begin(ctx, metas...) // the feeds' other keys share their slots
 	if err := f.order.acquire(ctx, postID); err != nil {
 		return 0, fmt.Errorf("push post %d to feeds: %w", postID, err)
 	}
-	added, err := f.runOverKeys(ctx, pushScript, keys, 3, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), authorID, f.buildTTLSeconds(), asOf)
+	added, err := f.push(ctx, authorID, postID, followers, metas, asOf, first)
 	f.order.release()
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -35,17 +48,112 @@ func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []in
 	return added, nil
 }
 
+func (f *Feeds) push(ctx context.Context, authorID, postID int64, followers []int64, metas []string, asOf int64, first bool) (int, error) {
+	per := maxScriptKeys
+	if f.cfg.Cluster {
+		per = 1 // a script touches one slot
+	}
+	calls := (len(followers) + per - 1) / per
+	added := 0
+	var full, spills []int64 // for the second step
+	for start := 0; start < calls; start += maxPipeline {
+		group := func(i int) (from, to int) {
+			c := start + i
+			return c * per, min((c+1)*per, len(followers))
+		}
+		cmds, err := f.runScripts(ctx, appendScript, min(maxPipeline, calls-start), func(i int) []string {
+			from, to := group(i)
+			keys := make([]string, 0, 2*(to-from))
+			keys = append(keys, metas[from:to]...)
+			for _, u := range followers[from:to] {
+				keys = append(keys, f.keys.feedHead(u))
+			}
+			return keys
+		}, postID, spillAt(f.cfg.MaxLen), asOf, flag(first), 1)
+		for i, c := range cmds {
+			if c.Err() != nil {
+				continue
+			}
+			from, to := group(i)
+			n, leftFull, filled, perr := appendResult(c.Val(), to-from)
+			if perr != nil {
+				return added, perr
+			}
+			added += n
+			for _, j := range leftFull {
+				full = append(full, followers[from+int(j)-1])
+			}
+			for _, j := range filled {
+				spills = append(spills, followers[from+int(j)-1])
+			}
+		}
+		if err != nil {
+			return added, err
+		}
+	}
+	if len(full) > 0 {
+		keys := make([]string, 0, 4*len(full))
+		for _, u := range full {
+			keys = append(keys, append(f.keys.feedSet(u).list(), f.keys.following(u))...)
+		}
+		n, err := f.runOverKeys(ctx, pushScript, keys, 4, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), authorID, f.buildTTLSeconds(), asOf, flag(first))
+		added += n
+		if err != nil {
+			return added, err
+		}
+	}
+	if len(spills) > 0 {
+		keys := make([]string, 0, 3*len(spills))
+		for _, u := range spills {
+			keys = append(keys, f.keys.feedSet(u).list()...)
+		}
+		if _, err := f.runOverKeys(ctx, spillScript, keys, 3, f.cfg.MaxLen, spillAt(f.cfg.MaxLen)); err != nil {
+			return added, err
+		}
+	}
+	return added, nil
+}
+
+// appendResult reads appendScript's answer for a call on n feeds: how many
+// gained the post, and the places (from 1) of those left for pushScript and
+// of those to spill.
+func appendResult(v any, n int) (added int, full, spills []int64, err error) {
+	parts, ok := v.([]any)
+	if !ok || len(parts) != 3 {
+		return 0, nil, nil, fmt.Errorf("push: unexpected answer %v", v)
+	}
+	count, ok := parts[0].(int64)
+	if !ok {
+		return 0, nil, nil, fmt.Errorf("push: unexpected count %v", parts[0])
+	}
+	lists := [2][]int64{}
+	for k := range lists {
+		items, ok := parts[k+1].([]any)
+		if !ok {
+			return 0, nil, nil, fmt.Errorf("push: unexpected list %v", parts[k+1])
+		}
+		for _, it := range items {
+			j, ok := it.(int64)
+			if !ok || j < 1 || j > int64(n) {
+				return 0, nil, nil, fmt.Errorf("push: unexpected place %v", it)
+			}
+			lists[k] = append(lists[k], j)
+		}
+	}
+	return int(count), lists[0], lists[1], nil
+}
+
 // Remove takes posts out of the feeds of users.
 func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) error {
 	if len(postIDs) == 0 {
 		return nil
 	}
-	keys := make([]string, 0, 2*len(users))
+	keys := make([]string, 0, 3*len(users))
 	for _, u := range users {
-		keys = append(keys, f.keys.feed(u), f.keys.feedTail(u))
+		keys = append(keys, f.keys.feedSet(u).list()...)
 	}
 	since := f.replicas.Begin(ctx, keys...)
-	_, err := f.runOverKeys(ctx, removeScript, keys, 2, int64sToArgs(postIDs)...)
+	_, err := f.runOverKeys(ctx, removeScript, keys, 3, int64sToArgs(postIDs)...)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
@@ -84,12 +192,13 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 }
 
 func (f *Feeds) drop(ctx context.Context, userID int64) error {
-	return f.rdb.Del(ctx, f.keys.feed(userID), f.keys.feedTail(userID), f.keys.following(userID), f.keys.celebrities(userID)).Err()
+	return f.rdb.Del(ctx, append(f.keys.feedSet(userID).list(), f.keys.following(userID), f.keys.celebrities(userID))...).Err()
 }
 
-// runOverKeys runs a script that changes many sets alike, whose KEYS come
-// in groups of keysPer (a set's head and tail, and for a feed its reader's
-// following hash): one call
+// runOverKeys runs a script that changes many sets alike, whose keys come
+// in groups of keysPer (a set's meta, head and tail, and for a feed its
+// reader's following hash; each call takes its KEYS kind by kind, byKind):
+// one call
 // per maxScriptKeys groups on a single Redis, one call per group on a Redis
 // Cluster (a script may only touch keys of one slot, and the keys of a group
 // share one), in pipelines of at most maxPipeline calls. It returns the sum
@@ -106,7 +215,7 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 	for first := 0; first < calls; first += maxPipeline {
 		cmds, err := f.runScripts(ctx, s, min(maxPipeline, calls-first), func(i int) []string {
 			c := first + i
-			return keys[c*per : min((c+1)*per, len(keys))]
+			return byKind(keys[c*per:min((c+1)*per, len(keys))], keysPer)
 		}, args...)
 		for _, c := range cmds {
 			if c.Err() == nil {
@@ -119,6 +228,24 @@ func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string,
 		}
 	}
 	return total, nil
+}
+
+// byKind lays out keys, given in groups of keysPer (one set's keys), kind
+// by kind: the first key of every group, then the second of every group, and
+// so on — how the scripts take them, so that they read all the first keys
+// (the metas) in one MGET of a run of KEYS, with no table to build.
+func byKind(keys []string, keysPer int) []string {
+	if keysPer == 1 || len(keys) == keysPer {
+		return keys
+	}
+	groups := len(keys) / keysPer
+	out := make([]string, len(keys))
+	for g := range groups {
+		for k := range keysPer {
+			out[k*groups+g] = keys[g*keysPer+k]
+		}
+	}
+	return out
 }
 
 // runScripts sends n calls of s in one pipeline, the i-th on keysOf(i), by
@@ -158,6 +285,14 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, keysOf f
 		return nil
 	})
 	return cmds, err
+}
+
+// flag is a boolean as the scripts take it.
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func int64sToArgs(ids []int64) []any {

@@ -245,8 +245,9 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 		for i, key := range keys {
 			reads[i] = getSet(ctx, p, key)
-			p.Expire(ctx, key.head, f.cfg.ActiveTTL) // a read keeps the feed
-			p.Expire(ctx, key.tail, f.cfg.ActiveTTL)
+			for _, k := range key.list() {
+				p.Expire(ctx, k, f.cfg.ActiveTTL) // a read keeps the feed
+			}
 		}
 		version = p.HGet(ctx, f.keys.following(user), versionField)
 		if withMeta && f.cfg.CelebrityThreshold > 0 {

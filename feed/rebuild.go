@@ -102,7 +102,7 @@ type rebuilt struct {
 // rebuildSet fills a set that is not complete with what t.load returns. One
 // reader rebuilds, under a lock; the others wait for it, up to RebuildWait.
 // Posts pushed while the rebuild reads PostgreSQL are kept: its token in an
-// empty head makes the set exist, so pushes land in it. A follow or an
+// empty set makes the set exist, so pushes land in it. A follow or an
 // unfollow while it reads drops the set with the token, and a later rebuild
 // (this one's lock ran out) replaces it: the rebuild then gives up, and the
 // next read rebuilds with the news.
@@ -110,7 +110,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	token := randomToken()
 	ok, err := f.rdb.SetNX(ctx, t.lock, token, f.cfg.RebuildLock).Result()
 	if err != nil {
-		return fmt.Errorf("rebuild %s: lock: %w", t.set.head, err)
+		return fmt.Errorf("rebuild %s: lock: %w", t.set.meta, err)
 	}
 	if !ok {
 		return f.awaitRebuild(ctx, t)
@@ -126,32 +126,34 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		return err
 	}
 
-	building := head{flags: flagBuilding, token: buildToken()}
+	building := header{flags: flagBuilding, token: buildToken()}
 	if _, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 		// Start afresh: an incomplete set may hold anything, and a slower
-		// rebuild's token must go so that it gives up. The head expires
+		// rebuild's token must go so that it gives up. The set expires
 		// soon, should this rebuild never finish.
-		p.Del(ctx, t.set.head, t.set.tail)
-		p.Set(ctx, t.set.head, building.value(), time.Duration(f.buildTTLSeconds())*time.Second)
+		ttl := time.Duration(f.buildTTLSeconds()) * time.Second
+		p.Del(ctx, t.set.list()...)
+		p.Set(ctx, t.set.meta, building.meta(), ttl)
+		p.Set(ctx, t.set.head, building.head(), ttl)
 		return nil
 	}); err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	data, err := t.load(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	// Read after the load: a fan-out whose followers were read after this
 	// position sees every unfollow the load saw (see pushScript).
 	asOf, err := f.store.WritePosition(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	whole := 0
 	if len(data.ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
 		whole = 1
 	}
-	keys := []string{t.set.head, t.set.tail}
+	keys := t.set.list()
 	if t.following != "" {
 		keys = append(keys, t.following)
 	}
@@ -160,7 +162,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	args = append(args, int64sToArgs(data.followees)...)
 	args = append(args, packIDs(data.ids))
 	if err := finishRebuildScript.Run(ctx, f.rdb, keys, args...).Err(); err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	f.cachePosts(ctx, data.posts, nil, nil)
 	return nil
@@ -179,11 +181,11 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 		return nil
 	})
 	if err = failure(firstError(cmds, err)); err != nil {
-		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return false, fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	set, err := read.decode()
 	if err != nil {
-		return false, fmt.Errorf("rebuild %s: %w", t.set.head, err)
+		return false, fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	return set.complete && (version == nil || version.Err() == nil), nil
 }

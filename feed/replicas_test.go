@@ -45,7 +45,7 @@ func TestWritesWaitForReplicas(t *testing.T) {
 		require.Equal(t, int64(0), re.Acked, what)
 		require.Equal(t, 1, re.Want, what)
 	}
-	n, err := b.feeds.Push(ctx, author, post, []int64{reader}, 0)
+	n, err := b.feeds.Push(ctx, author, post, []int64{reader}, 0, true)
 	unavailable("push", err)
 	require.Equal(t, 1, n, "the entry is written and counted; only its durability is in doubt")
 	require.True(t, b.stored(t, reader).Has(post), "the entry is on the primary")
@@ -64,7 +64,7 @@ func TestWritesWaitForReplicas(t *testing.T) {
 	// Zero replicas asked for: nothing waits.
 	plain := newFeeds(t, b.rdb, b.db, feed.Config{Prefix: b.prefix})
 	require.NoError(t, plain.SeedEmpty(ctx, map[int64][]int64{reader: {author}}))
-	_, err = plain.Push(ctx, author, post, []int64{reader}, 0)
+	_, err = plain.Push(ctx, author, post, []int64{reader}, 0, true)
 	require.NoError(t, err)
 }
 
@@ -85,7 +85,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	})
 	const author = 1
 	followers := seedSpreadReaders(t, f, author)
-	n, err := f.Push(ctx, author, 11, followers, 0)
+	n, err := f.Push(ctx, author, 11, followers, 0, true)
 	require.NoError(t, err, "every primary has a replica that answers")
 	require.Equal(t, len(followers), n)
 
@@ -95,7 +95,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	resume := testenv.StopReplicaOf(t, primary)
 
 	start := time.Now()
-	_, err = f.Push(ctx, author, 12, followers, 0)
+	_, err = f.Push(ctx, author, 12, followers, 0, true)
 	var re *replicas.Error
 	require.True(t, errors.As(err, &re), "want a replicas.Error, got %v", err)
 	require.Equal(t, primary.Options().Addr, re.Node)
@@ -111,7 +111,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, elsewhere)
-	n, err = f.Push(ctx, author, 13, elsewhere, 0)
+	n, err = f.Push(ctx, author, 13, elsewhere, 0, true)
 	require.NoError(t, err, "the other shards' replicas answer")
 	require.Equal(t, len(elsewhere), n)
 
@@ -130,7 +130,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	short("drop", f.Drop(ctx, u))
 	resume()
 
-	n, err = f.Push(ctx, author, 12, followers, 0)
+	n, err = f.Push(ctx, author, 12, followers, 0, true)
 	require.NoError(t, err, "the replica answers again")
 	require.Zero(t, n, "the first try had written every entry")
 }

@@ -13,8 +13,9 @@ import (
 // the tests use it to give a large graph of readers their feeds without a
 // request each; the keys and markers stay this package's business.
 func (f *Feeds) SeedEmpty(ctx context.Context, readers map[int64][]int64) error {
-	headV, _ := setValues(nil, f.cfg.MaxLen, true)
+	metaV, headV, _ := setValues(nil, f.cfg.MaxLen, true)
 	return f.seed(ctx, readers, func(p redis.Pipeliner, set setKeys) {
+		p.Set(ctx, set.meta, metaV, f.cfg.ActiveTTL)
 		p.Set(ctx, set.head, headV, f.cfg.ActiveTTL)
 	})
 }
@@ -30,7 +31,7 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 		_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
 			for _, u := range users[start:min(start+batch, len(users))] {
 				set, following := f.keys.feedSet(u), f.keys.following(u)
-				p.Del(ctx, set.head, set.tail, following)
+				p.Del(ctx, append(set.list(), following)...)
 				write(p, set)
 				fields := []any{versionField, randomVersion()}
 				for _, followee := range readers[u] {
@@ -54,8 +55,9 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 // uses it to measure fan-out and memory at full feeds. The ids must be of
 // posts older than any the caller pushes next.
 func (f *Feeds) SeedFull(ctx context.Context, readers map[int64][]int64, postIDs []int64) error {
-	headV, tail := setValues(postIDs, f.cfg.MaxLen, false)
+	metaV, headV, tail := setValues(postIDs, f.cfg.MaxLen, false)
 	return f.seed(ctx, readers, func(p redis.Pipeliner, set setKeys) {
+		p.Set(ctx, set.meta, metaV, f.cfg.ActiveTTL)
 		p.Set(ctx, set.head, headV, f.cfg.ActiveTTL)
 		if len(tail) > 0 {
 			p.RPush(ctx, set.tail, tail...)

@@ -100,7 +100,7 @@ func TestClusterPath(t *testing.T) {
 	for range 5 {
 		id := b.post(t, 1)
 		posts = append([]int64{id}, posts...)
-		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, b.now(t))
+		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, b.now(t), true)
 		require.NoError(t, err)
 		require.Equal(t, 2, n, "the two feeds that exist")
 	}
@@ -165,7 +165,7 @@ func TestTimelines(t *testing.T) {
 		b.follow(t, 10, 1)
 		b.follow(t, 11, 1)
 		pushed := b.post(t, 1)
-		_, err := b.feeds.Push(ctx, 1, pushed, []int64{10, 11}, b.now(t))
+		_, err := b.feeds.Push(ctx, 1, pushed, []int64{10, 11}, b.now(t), true)
 		require.NoError(t, err)
 		require.Equal(t, []int64{pushed}, b.readAll(t, 10, 20)) // caches "no celebrities"
 		// Author 1 is a celebrity now: the worker marks them pulled and
@@ -228,7 +228,7 @@ func TestRedisDown(t *testing.T) {
 	f := newFeeds(t, dead, b.db, feed.Config{CelebrityThreshold: 1, Backfill: 2})
 	_, err := f.Read(ctx, 10, 0, 20)
 	require.ErrorContains(t, err, "read feed")
-	_, err = f.Push(ctx, 1, 1, []int64{10}, 0)
+	_, err = f.Push(ctx, 1, 1, []int64{10}, 0, true)
 	require.ErrorContains(t, err, "push post 1")
 	_, err = f.Followed(ctx, 10, 1)
 	require.ErrorContains(t, err, "backfill feed 10")
@@ -261,7 +261,7 @@ func TestSeedEmpty(t *testing.T) {
 	id := b.post(t, 1)
 	// Readers 11 and 12 are in no page of author 1's followers; pushed to
 	// all the same, with no position (0), the following hashes decide.
-	n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, 0)
+	n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, 0, true)
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only reader 10 follows author 1")
 	require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
