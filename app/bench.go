@@ -104,7 +104,8 @@ Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process
 		},
 	}
 	f := cmd.Flags()
-	f.IntVar(&opts.Concurrency, "concurrency", 32, "closed-loop clients of the throughput stages")
+	f.IntVar(&opts.Concurrency, "concurrency", 32, "closed-loop clients of the throughput stages (but reads)")
+	f.IntVar(&opts.ReadClients, "read-clients", 64, "closed-loop clients of the read stage, each a reader")
 	f.IntVar(&opts.Runs, "runs", 3, "measurements of each throughput stage (the median is reported)")
 	f.DurationVar(&opts.StageTime, "stage-time", 3*time.Second, "length of one throughput measurement")
 	f.DurationVar(&opts.LatencyTime, "latency-time", 5*time.Second, "length of each open-loop latency measurement")

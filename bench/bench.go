@@ -54,6 +54,9 @@ type Options struct {
 	LatencyTime time.Duration
 	// Readers is how many users the read stage reads as. Defaults to 64.
 	Readers int
+	// ReadClients is the closed-loop clients of the read stage, each a reader
+	// reading page after page. Defaults to 64.
+	ReadClients int
 	// PageSize is the fan-out's pipeline size, used for the raw ZADD limit. Defaults to 1000.
 	PageSize int
 	// MaxLen is feed.max_len. Defaults to 800.
@@ -75,6 +78,7 @@ func (o *Options) setDefaults() {
 	def(&o.ChunkFollowers, 200_000)
 	def(&o.FanoutPosts, 1000)
 	def(&o.Readers, 64)
+	def(&o.ReadClients, 64)
 	def(&o.PageSize, 1000)
 	def(&o.MaxLen, 800)
 	if o.StageTime <= 0 {
@@ -182,7 +186,7 @@ func newRunner(ctx context.Context, h Harness, opts Options, progress io.Writer,
 	r := &runner{
 		opts: opts, h: h, pool: h.Pool, db: store.New(h.Pool, nil), rdb: h.Redis, progress: progress,
 		http: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{
-			MaxIdleConns: 4 * opts.Concurrency, MaxIdleConnsPerHost: 4 * opts.Concurrency,
+			MaxIdleConns: 4 * max(opts.Concurrency, opts.ReadClients), MaxIdleConnsPerHost: 4 * max(opts.Concurrency, opts.ReadClients),
 		}},
 		report: report, redisLabel: "single",
 	}

@@ -35,7 +35,7 @@ func (r *runner) feedReads(ctx context.Context) error {
 		var ls []time.Duration
 		limitCost, err := r.measure(ctx, "read", func() (int64, error) {
 			var err error
-			l, ls, err = closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			l, ls, err = closedLoop(ctx, r.opts.ReadClients, r.opts.StageTime, func(ctx context.Context, c, i int) error {
 				return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
 			})
 			return int64(len(ls)), err
@@ -47,7 +47,7 @@ func (r *runner) feedReads(ctx context.Context) error {
 		var samples []time.Duration
 		cost, err := r.measure(ctx, "read", func() (int64, error) {
 			var err error
-			o, samples, err = closedLoop(ctx, r.opts.Concurrency, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			o, samples, err = closedLoop(ctx, r.opts.ReadClients, r.opts.StageTime, func(ctx context.Context, c, i int) error {
 				return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
 			})
 			return int64(len(samples)), err
@@ -65,7 +65,7 @@ func (r *runner) feedReads(ctx context.Context) error {
 	r.report.add(Stage{
 		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios),
 		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
-		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.Concurrency, percentiles(rawLat).P99),
+		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.ReadClients, percentiles(rawLat).P99),
 		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),
 	})
 	return nil
