@@ -5,14 +5,18 @@ import (
 	"crypto/rsa"
 	"encoding/base64"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/labstack/echo/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/web"
 )
 
 // signed signs claims with method and key.
@@ -147,4 +151,43 @@ func TestIssueToken(t *testing.T) {
 	require.True(t, parsed.Valid)
 	require.Equal(t, "7", claims.Subject)
 	require.WithinDuration(t, time.Now().Add(time.Hour), claims.ExpiresAt.Time, time.Minute)
+}
+
+// The access_token query parameter is the stream's alone (browsers'
+// EventSource cannot set headers): every other route that wants a token
+// refuses one given that way, as if none were given. The routes are the
+// API's own, so that a route added later is held to it too.
+func TestAccessTokenOnlyOnTheStream(t *testing.T) {
+	t.Parallel()
+	sub := &fakeSub{events: make(chan domain.LiveEvent), gone: make(chan struct{})}
+	e, b := setupWith(t, setupOpts{configure: func(c *api.Config) {
+		c.Live, c.App, c.DevTokens = fakeLive{sub}, web.New(web.Config{Dev: true}), true
+	}})
+	query := "access_token=" + b.token(t, 1)
+
+	var refused []string
+	for _, r := range e.Routes() {
+		if r.Method == echo.RouteNotFound { // a 404 below a route (routing.NoDeeperPaths)
+			continue
+		}
+		path := strings.ReplaceAll(echoParam.ReplaceAllString(r.Path, "1"), "*", "x")
+		route := r.Method + " " + r.Path
+		if route == http.MethodGet+" /v1/feed/stream" {
+			continue // below
+		}
+		without := b.do(t, req{method: r.Method, path: path})
+		if without.status != http.StatusUnauthorized {
+			require.False(t, strings.HasPrefix(r.Path, "/v1/"), "%s answers %d without a token: every /v1 route wants one", route, without.status)
+			continue // open to all: the web app, the description, the development token
+		}
+		res := b.do(t, req{method: r.Method, path: path + "?" + query})
+		requireError(t, res, http.StatusUnauthorized, "unauthenticated")
+		refused = append(refused, route)
+	}
+	require.Contains(t, refused, "GET /v1/feed")
+	require.Contains(t, refused, "POST /v1/posts")
+
+	// The same token in the same place opens the stream: it was valid.
+	srv := &liveSystem{servers: []*httptest.Server{b.srv}}
+	srv.openStream(t, 0, 1, query, nil)
 }

@@ -108,6 +108,11 @@ type Config struct {
 	// what the live channel may have lost. Defaults to
 	// DefaultStreamCatchUp (1m).
 	StreamCatchUp time.Duration
+
+	// streamSettleAfter replaces settleAfter when not nil; empty: a stream
+	// does not read its feed again after it opens. Only tests set it
+	// (export_test.go), to show that the live push alone brings events.
+	streamSettleAfter []time.Duration
 }
 
 // validate refuses the values out of range, naming each field. Zero is in
@@ -135,6 +140,9 @@ func (c Config) withDefaults() Config {
 	defaults.Fill(&c.StreamHeartbeat, DefaultStreamHeartbeat)
 	defaults.Fill(&c.StreamMaxDuration, DefaultStreamMaxDuration)
 	defaults.Fill(&c.StreamCatchUp, DefaultStreamCatchUp)
+	if c.streamSettleAfter == nil {
+		c.streamSettleAfter = settleAfter
+	}
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}

@@ -185,8 +185,8 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 	defer catchUp.Stop()
 	end := time.NewTimer(cfg.StreamMaxDuration)
 	defer end.Stop()
-	settle := make(chan struct{}, len(settleAfter))
-	for _, d := range settleAfter {
+	settle := make(chan struct{}, len(cfg.streamSettleAfter))
+	for _, d := range cfg.streamSettleAfter {
 		t := time.AfterFunc(d, func() { settle <- struct{}{} })
 		defer t.Stop()
 	}

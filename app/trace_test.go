@@ -25,6 +25,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/internal/openapitest"
 	"github.com/newsfeed/newsfeed/internal/probe"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 )
@@ -71,7 +72,8 @@ func startRole(t *testing.T, role Role, env map[string]string, tp trace.TracerPr
 	return roleUnderTest{sys: sys, httpAddr: httpAddr}
 }
 
-// call makes one API request as user and returns the status and body.
+// call makes one API request as user and returns the status and body. The
+// answer is checked against docs/openapi.yaml, as every API test's is.
 func (r roleUnderTest) call(t *testing.T, user int64, method, path, body string) (int, []byte) {
 	t.Helper()
 	token, err := api.IssueToken([]byte(traceTestSecret), user, time.Hour)
@@ -84,6 +86,11 @@ func (r roleUnderTest) call(t *testing.T, user int64, method, path, body string)
 	defer resp.Body.Close()
 	out, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
+	spec, err := openapitest.Load()
+	require.NoError(t, err)
+	require.NoError(t, spec.Check(openapitest.Exchange{
+		Request: req, RequestBody: []byte(body), Status: resp.StatusCode, Header: resp.Header, Body: out,
+	}))
 	return resp.StatusCode, out
 }
 

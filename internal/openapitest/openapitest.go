@@ -20,7 +20,8 @@
 //     Allow header naming exactly the path's methods, or for OPTIONS 204 with
 //     that header;
 //   - a request the description refuses (a parameter out of its schema, no
-//     bearer token where one is required, a body that is not its schema) must
+//     token where its security wants one — a bearer token, or the stream's
+//     access_token query parameter —, a body that is not its schema) must
 //     not be accepted: a 2xx to it is drift.
 //
 // The API does not read the request's Content-Type (docs/openapi.yaml says

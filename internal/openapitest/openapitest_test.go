@@ -87,6 +87,8 @@ func TestAllowedExchanges(t *testing.T) {
 			body: `{"error":{"code":"too_large","message":"big"}}`},
 		"the description": {method: "GET", target: "/openapi.yaml", noToken: true, status: 200,
 			header: map[string]string{"Content-Type": "application/yaml"}, body: "openapi: 3.1.0\ninfo: {title: t, version: '1'}\npaths: {}\n"},
+		"the stream, the token in the query": {method: "GET", target: "/v1/feed/stream?access_token=t", noToken: true, status: 200,
+			header: map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, body: "retry: 2000\n\n"},
 		"metrics": {method: "GET", target: "/metrics", noToken: true, status: 200,
 			header: map[string]string{"Content-Type": "text/plain; version=0.0.4; charset=utf-8"}, body: "x 1\n"},
 	} {
@@ -189,6 +191,15 @@ func TestDrift(t *testing.T) {
 		"no token accepted": {
 			exchange{method: "GET", target: "/v1/feed", noToken: true, status: 200, body: page},
 			[]string{"getFeed", "the API accepted a request the description refuses", "no bearer token"},
+		},
+		"a token in the query accepted off the stream": {
+			exchange{method: "GET", target: "/v1/feed?access_token=t", noToken: true, status: 200, body: page},
+			[]string{"getFeed", "the API accepted a request the description refuses", "no bearer token"},
+		},
+		"the stream accepted without any token": {
+			exchange{method: "GET", target: "/v1/feed/stream", noToken: true, status: 200,
+				header: map[string]string{"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}, body: "retry: 2000\n\n"},
+			[]string{"streamFeed", "the API accepted a request the description refuses", "no bearer token", "no access_token query parameter"},
 		},
 		"an unknown field accepted": {
 			exchange{method: "POST", target: "/v1/posts", sent: `{"body":"hi","title":"x"}`, status: 201, header: map[string]string{"Location": "/v1/posts/71"}, body: post},

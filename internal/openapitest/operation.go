@@ -27,7 +27,7 @@ func (s *Spec) checkOperation(x Exchange, req *http.Request, route *routers.Rout
 			MultiError:          true,
 			SkipSettingDefaults: true,
 			ExcludeRequestBody:  true, // checkRequestBody
-			AuthenticationFunc:  bearerGiven,
+			AuthenticationFunc:  tokenGiven,
 		},
 	}
 	var problems []string
@@ -71,13 +71,28 @@ func requestFor(x Exchange) *http.Request {
 	return req
 }
 
-// bearerGiven stands for the API's authentication: the description can only
-// say that a bearer token is required, not whether it is valid (a 401 is
-// always allowed), so a request is refused only without one.
-func bearerGiven(_ context.Context, in *openapi3filter.AuthenticationInput) error {
-	scheme, token, _ := strings.Cut(in.RequestValidationInput.Request.Header.Get("Authorization"), " ")
-	if !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
-		return errors.New("no bearer token")
+// tokenGiven stands for the API's authentication: the description can only
+// say where a token must come from, not whether it is valid (a 401 is
+// always allowed), so a request is refused only without one where the
+// scheme wants it: a bearer token in Authorization, or an apiKey in the
+// query (access_token, on the stream only).
+func tokenGiven(_ context.Context, in *openapi3filter.AuthenticationInput) error {
+	req := in.RequestValidationInput.Request
+	scheme := in.SecurityScheme
+	switch {
+	case scheme == nil:
+		return fmt.Errorf("security scheme %q is not declared", in.SecuritySchemeName)
+	case scheme.Type == "http" && strings.EqualFold(scheme.Scheme, "bearer"):
+		kind, token, _ := strings.Cut(req.Header.Get("Authorization"), " ")
+		if !strings.EqualFold(kind, "Bearer") || strings.TrimSpace(token) == "" {
+			return errors.New("no bearer token")
+		}
+		return nil
+	case scheme.Type == "apiKey" && scheme.In == "query":
+		if strings.TrimSpace(req.URL.Query().Get(scheme.Name)) == "" {
+			return fmt.Errorf("no %s query parameter", scheme.Name)
+		}
+		return nil
 	}
-	return nil
+	return fmt.Errorf("security scheme %q (%s) is not one the check knows", in.SecuritySchemeName, scheme.Type)
 }
