@@ -51,8 +51,8 @@ import (
 //	             whether its post goes into the tail or the head
 //
 // A push of a post newer than the tail's newest appends to the head; once
-// the head holds spillAt entries, they are put in order and the older half
-// moves to the tail as one chunk, and a complete set is trimmed to max_len
+// the head holds spillAt entries, they are put in order and all but the
+// newest quarter move to the tail as one chunk, and a complete set is trimmed to max_len
 // then: an RPUSH of the chunk, an LPOP or LSET of the oldest. The newest
 // entries stay in the head (at least one while the set holds any). Head
 // and tail live as long as the meta (every write that makes them gives
@@ -69,11 +69,14 @@ const (
 	entryLen     = 8
 )
 
-// spillAt is how many entries the head gathers before the older half of
-// them moves to the tail: an eighth of max_len (at most 64), so the tail is
-// rewritten (and a full feed trimmed) once per spillAt/2 pushes, and a post
-// pushed up to spillAt/2 places out of order is appended to the head like
-// any other.
+// spillAt is how many entries the head gathers before all but the newest
+// quarter of them move to the tail: a sixth of max_len (at most 128), so
+// the tail is rewritten (and a full feed trimmed) once per 3/4 spillAt
+// pushes, and a post pushed up to spillAt/4 places out of order is appended
+// to the head like any other. A spill costs little for each entry it moves
+// (one struct call unpacks them all) and a fixed cost per spill, which a
+// longer head spreads further: the head's length costs the push nothing,
+// as it never reads it.
 func spillAt(maxLen int) int { return min(max(maxLen/6, 1), 128) }
 
 // header is a set's meta, parsed, with the head's entries (recent, as
@@ -228,7 +231,8 @@ func decodeSet(metaV []byte, metaErr error, headV []byte, headErr error, chunks 
 }
 
 // setCmds read one set in a pipeline: its meta, its head and its tail's
-// chunks.
+// chunks. The pipeline must be a transaction (TxPipelined), so that the
+// three are read at one moment.
 type setCmds struct {
 	meta, head *redis.StringCmd
 	tail       *redis.StringSliceCmd
@@ -309,7 +313,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]
 	cmds := make([]setCmds, len(sets))
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
-	_, _ = rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { // each set at one moment (see readSets)
 		for i, set := range sets {
 			cmds[i] = getSet(ctx, p, set)
 		}

@@ -127,7 +127,7 @@ func (f *Feeds) lowestEntry(ctx context.Context, set setKeys) (seen string, sinc
 	var metaCmd, headCmd, lowest *redis.StringCmd
 	// Each command's error is its own (decodeSet tells a missing key or a
 	// foreign type from a failure).
-	_, _ = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	_, _ = f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { // one moment (see readSets)
 		metaCmd, headCmd, lowest = p.Get(ctx, set.meta), p.Get(ctx, set.head), p.LIndex(ctx, set.tail, 0)
 		return nil
 	})

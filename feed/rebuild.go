@@ -173,7 +173,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	var read setCmds
 	var version *redis.StringCmd
-	cmds, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { // one moment (see readSets)
 		read = getSet(ctx, p, t.set)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)

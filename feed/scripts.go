@@ -317,10 +317,11 @@ end
 // reading nothing of the head, and so touches two keys a feed where
 // pushScript takes four. The feeds it leaves — any other case — come back
 // for pushScript (the second list of its answer, by their places in KEYS
-// from 1), and so do those whose head it lost (an APPEND to a missing head
-// makes one without the layout's first byte, which pushScript then finds
-// and drops). The feeds whose head it filled to ARGV[2] entries come back
-// for spillScript (the third list). Its answer's first element is how
+// from 1). A feed whose head was lost (an APPEND to a missing head makes
+// one without the layout's first byte) is dropped then and there, so that
+// no step after this one is needed to take the new key away. The feeds
+// whose head it filled to ARGV[2] entries come back for spillScript (the
+// third list). Its answer's first element is how
 // many feeds gained the post.
 var appendScript = redis.NewScript(luaCommon + `
 local id = tonumber(ARGV[1])
@@ -340,7 +341,10 @@ for j = 1, n do
         and (tailN > 0 or bit.band(flags, WHOLE + COMPLETE) ~= COMPLETE) then
       local length = redis.call('APPEND', KEYS[n + j], e)
       if (length - 1) % 8 ~= 0 then
-        full[#full + 1] = j -- the head was lost
+        -- The head was lost, and the APPEND made a new one (no 0xF2, no time
+        -- to live): the set goes at once, meta and head (its tail expires
+        -- with the time to live it has, and the next rebuild deletes it).
+        redis.call('DEL', KEYS[j], KEYS[n + j])
       else
         added = added + 1
         if (length - 1) / 8 >= spillAt then spills[#spills + 1] = j end
@@ -381,8 +385,8 @@ return 0
 // than the tail's newest is written into the tail's chunk that covers it
 // (LSET), found by walking back from the newest chunk. Once the head holds
 // ARGV[3] entries, the older ones move to the tail in order, keeping
-// ARGV[3]/2, and a complete set is trimmed back to max_len (ARGV[2]) then:
-// the cost of a trim is paid once per ARGV[3]/2 pushes, and reads, which
+// ARGV[3]/4, and a complete set is trimmed back to max_len (ARGV[2]) then:
+// the cost of a trim is paid once per 3/4 ARGV[3] pushes, and reads, which
 // take the newest, never see the difference. A set under rebuild is not
 // trimmed (the rebuild's finish trims it, after merging what it read: a
 // post trimmed before would be missing above the bound). A post older than
