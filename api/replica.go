@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -10,6 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // Listings are the reads users page through, which database.read_url sends
@@ -69,11 +70,11 @@ type stickyReads struct {
 	replica    Listings
 	fallbacks  *prometheus.CounterVec
 	unrecorded prometheus.Counter
-	down       atomic.Bool
+	outages    Outages
 	log        *zap.Logger
 }
 
-func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registerer, log *zap.Logger) *stickyReads {
+func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registerer, outages Outages, log *zap.Logger) *stickyReads {
 	s := &stickyReads{
 		ReadYourWrites: *rw,
 		replica:        replica,
@@ -85,7 +86,8 @@ func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registe
 			Name: "newsfeed_write_position_failures_total",
 			Help: "Writes whose log position could not be recorded in Redis: their author's listings may lag behind them until the replica replays them.",
 		}),
-		log: log,
+		outages: outages,
+		log:     log,
 	}
 	if reg != nil {
 		reg.MustRegister(s.fallbacks, s.unrecorded)
@@ -94,8 +96,9 @@ func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registe
 }
 
 // wrote records the primary's position after user's write committed, before
-// the response says so. A failure is counted and logged once per outage,
-// never returned: the write stands on PostgreSQL alone.
+// the response says so. A failure is counted and logged with the request's
+// id (at debug while an outage the health watch logged explains it), never
+// returned: the write stands on PostgreSQL alone.
 func (s *stickyReads) wrote(ctx context.Context, user int64) {
 	lsn, err := s.Replication.WritePosition(ctx)
 	if err == nil {
@@ -103,15 +106,10 @@ func (s *stickyReads) wrote(ctx context.Context, user int64) {
 		err = s.Positions.Record(rctx, user, lsn)
 		cancel()
 	}
-	switch {
-	case err != nil && ctx.Err() != nil: // the client left
-	case err != nil:
+	if err != nil && ctx.Err() == nil { // else the client left
 		s.unrecorded.Inc()
-		if s.down.CompareAndSwap(false, true) {
-			s.log.Warn("cannot record write positions; their authors may read stale listings until the replica catches up", zap.Error(err))
-		}
-	case s.down.Load() && s.down.CompareAndSwap(true, false):
-		s.log.Info("write positions are recorded again")
+		health.Log(ctx, s.outages, logctx.From(ctx, s.log),
+			"cannot record the write position; its author may read stale listings until the replica catches up", err)
 	}
 }
 

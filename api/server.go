@@ -55,7 +55,7 @@ type FollowChanges interface {
 }
 
 // Outages tells whether a known outage of a dependency explains an error
-// (health.Watch).
+// (health.Watch), which logs each outage once, when it begins and ends.
 type Outages interface {
 	// Explained reports whether err is explained by a dependency outage
 	// that is already logged.
@@ -101,10 +101,10 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	s.tracer = cfg.TracerProvider.Tracer(instrumentationName)
 	s.replica = listings{posts, graph}
 	if cfg.ReadYourWrites != nil {
-		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Logger)
+		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Outages, cfg.Logger)
 	}
 	if cfg.Truth != nil {
-		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer, cfg.Logger)
+		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer)
 	}
 
 	e := echo.New()
@@ -125,7 +125,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	// echo add catch-all routes that would answer 404 for a wrong method.
 	// The query string is checked after authentication, like all input.
 	auth := authenticate(cfg.Secret)
-	limits := newRateLimits(cfg.RateLimiter, cfg.PostsPerMinute, cfg.FollowsPerMinute, cfg.Registerer, cfg.Logger)
+	limits := newRateLimits(cfg.RateLimiter, cfg.PostsPerMinute, cfg.FollowsPerMinute, cfg.Registerer, cfg.Outages)
 	limitPosts, limitFollows := limits.limit(actionPost), limits.limit(actionFollow)
 	e.POST("/v1/posts", s.createPost, auth, strictQuery, limitPosts)
 	e.GET("/v1/posts/:id", s.getPost, auth, strictQuery)
@@ -347,19 +347,26 @@ func (s *Server) homeFeed(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	p, err := s.feeds.Read(ctx, userID(c), before, limit)
-	switch {
-	case err == nil && s.fallback != nil:
-		s.fallback.recovered()
-	case err != nil && s.fallback != nil && ctx.Err() == nil:
-		if p, err = s.fallback.read(ctx, userID(c), before, limit, err); err != nil {
-			return err
-		}
-	case err != nil:
+	ctx, me := c.Request().Context(), userID(c)
+	p, err := s.feeds.Read(ctx, me, before, limit)
+	if err == nil {
+		return c.JSON(http.StatusOK, postPage(p, limit))
+	}
+	if s.fallback == nil || ctx.Err() != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, postPage(p, limit))
+	cause := err
+	if p, err = s.fallback.read(ctx, me, before, limit, cause); err != nil {
+		return err
+	}
+	if err := c.JSON(http.StatusOK, postPage(p, limit)); err != nil {
+		return err
+	}
+	// The page goes out first: telling whether an outage explains the
+	// failure may take a round of pings.
+	_ = http.NewResponseController(c.Response().Writer).Flush()
+	s.degraded(c, "home feed read from PostgreSQL: Redis did not serve it", cause)
+	return nil
 }
 
 // postPage shapes posts as a page; with more than limit posts (a listing that
