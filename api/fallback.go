@@ -2,11 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"math"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // TruthReader reads a home feed from PostgreSQL, the truth the Redis feeds
@@ -29,6 +31,11 @@ type feedFallback struct {
 	slots chan struct{}
 	reads *prometheus.CounterVec
 }
+
+// errRedisKnownDown is why a feed read that did not try Redis could not be
+// served by it: the health watch knows it is down. A 503 for it is
+// explained by the outage.
+var errRedisKnownDown = &health.DownError{Name: health.Redis, Err: errors.New("known to be down; not tried")}
 
 func newFeedFallback(truth TruthReader, concurrency int, reg prometheus.Registerer) *feedFallback {
 	reads := prometheus.NewCounterVec(prometheus.CounterOpts{

@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/newsfeed/newsfeed/api"
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/testenv"
@@ -69,6 +71,43 @@ func (r *cuttableRedis) setCut(cut bool) {
 	}
 }
 
+// countingFeeds, countingLimiter and countingPositions count what the API
+// asks of Redis.
+type countingFeeds struct {
+	*feed.Feeds
+	reads atomic.Int64
+}
+
+func (f *countingFeeds) Read(ctx context.Context, userID, before int64, limit int) (domain.FeedPage, error) {
+	f.reads.Add(1)
+	return f.Feeds.Read(ctx, userID, before, limit)
+}
+
+type countingLimiter struct {
+	api.RateLimiter
+	calls atomic.Int64
+}
+
+func (l *countingLimiter) Allow(ctx context.Context, action string, user int64, perMinute int) (time.Duration, error) {
+	l.calls.Add(1)
+	return l.RateLimiter.Allow(ctx, action, user, perMinute)
+}
+
+type countingPositions struct {
+	api.WritePositions
+	calls atomic.Int64
+}
+
+func (p *countingPositions) Record(ctx context.Context, user, lsn int64) error {
+	p.calls.Add(1)
+	return p.WritePositions.Record(ctx, user, lsn)
+}
+
+func (p *countingPositions) Get(ctx context.Context, user int64) (int64, bool, error) {
+	p.calls.Add(1)
+	return p.WritePositions.Get(ctx, user)
+}
+
 // outageBundle is a serve process as app wires it, on a Redis the test can
 // cut: feeds with the PostgreSQL fallback, rate limits and read-your-writes
 // in that Redis, and a health watch (pinging every 20 ms while something is
@@ -76,11 +115,14 @@ func (r *cuttableRedis) setCut(cut bool) {
 // observer, the watch as "health", the rest as "api".
 type outageBundle struct {
 	*testBundle
-	redis  *cuttableRedis
-	client *redis.Client
-	watch  *health.Watch
-	logs   *observer.ObservedLogs
-	reg    *prometheus.Registry
+	redis     *cuttableRedis
+	client    *redis.Client
+	watch     *health.Watch
+	logs      *observer.ObservedLogs
+	reg       *prometheus.Registry
+	feeds     *countingFeeds
+	limiter   *countingLimiter
+	positions *countingPositions
 }
 
 func newOutageBundle(t *testing.T) *outageBundle {
@@ -108,15 +150,17 @@ func newOutageBundle(t *testing.T) *outageBundle {
 	run.Go(func() { _ = watch.Run(ctx) })
 	t.Cleanup(func() { cancel(); run.Wait() })
 
-	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, Logger: log.Named("feed")})
+	feeds := &countingFeeds{Feeds: newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, Logger: log.Named("feed")})}
+	limiter := &countingLimiter{RateLimiter: ratelimit.New(rdb, prefix)}
+	positions := &countingPositions{WritePositions: sticky.New(rdb, prefix)}
 	reg := prometheus.NewRegistry()
 	srv := httptest.NewServer(newAPI(t, db, db, feeds, api.Config{
 		Secret:           testSecret,
 		Truth:            db,
-		RateLimiter:      ratelimit.New(rdb, prefix),
+		RateLimiter:      limiter,
 		PostsPerMinute:   1000,
 		FollowsPerMinute: 1000,
-		ReadYourWrites:   &api.ReadYourWrites{Positions: sticky.New(rdb, prefix), Replication: db, Primary: db},
+		ReadYourWrites:   &api.ReadYourWrites{Positions: positions, Replication: db, Primary: db},
 		Registerer:       reg,
 		Logger:           log.Named("api"),
 		Outages:          watch,
@@ -125,6 +169,7 @@ func newOutageBundle(t *testing.T) *outageBundle {
 	return &outageBundle{
 		testBundle: &testBundle{pool: pool, db: db, prefix: prefix, srv: srv, secret: testSecret},
 		redis:      cut, client: rdb, watch: watch, logs: logs, reg: reg,
+		feeds: feeds, limiter: limiter, positions: positions,
 	}
 }
 
@@ -197,4 +242,65 @@ func TestRedisOutageLoggedOncePerProcess(t *testing.T) {
 		id, _ := e.ContextMap()["request_id"].(string)
 		require.True(t, ids[id], "a line written while serving a request has its request_id: %s %v", e.Message, e.ContextMap())
 	}
+}
+
+// commandBudget is the least time one command takes against a Redis that
+// refuses connections, with opts (filled in by the client): each attempt
+// (the first and MaxRetries more) dials DialerRetries times, waiting
+// DialerRetryTimeout between dials. A request that waits for it has tried
+// Redis.
+func commandBudget(opts *redis.Options) time.Duration {
+	return time.Duration(opts.MaxRetries+1) * time.Duration(opts.DialerRetries-1) * opts.DialerRetryTimeout
+}
+
+// TestKnownRedisOutageIsNotWaitedFor: once the health watch knows Redis is
+// down, a feed read goes to PostgreSQL without trying Redis, and answers in
+// less than a Redis command's dial and retry budget; rate limits and
+// read-your-writes checks do not ask Redis either. When Redis answers again,
+// the watch sees it and reads go back to Redis.
+func TestKnownRedisOutageIsNotWaitedFor(t *testing.T) {
+	t.Parallel()
+	b := newOutageBundle(t)
+	const reader, author = 1, 2
+	b.follow(t, reader, author)
+	cached := b.createPost(t, author, "in the feed Redis keeps")
+	require.Equal(t, []int64{cached.ID}, postIDs(page[apiPost](t, b.testBundle, reader, "/v1/feed").Items))
+	served := func() float64 { return counterValue(t, b.reg, "newsfeed_feed_fallback_reads_total", "served") }
+
+	b.redis.setCut(true)
+	require.Equal(t, []int64{cached.ID}, postIDs(page[apiPost](t, b.testBundle, reader, "/v1/feed").Items))
+	require.Equal(t, 1.0, served())
+	require.Eventually(t, func() bool { return b.watch.IsDown(health.Redis) }, 10*time.Second, 10*time.Millisecond,
+		"the read that failed had the watch look")
+	budget := commandBudget(b.client.Options())
+	start := time.Now()
+	require.Error(t, b.client.Get(t.Context(), "k").Err())
+	require.GreaterOrEqual(t, time.Since(start), budget, "what trying the cut Redis costs")
+
+	fresh := b.createPost(t, author, "only in PostgreSQL until its event is delivered")
+	feedReads, limiterCalls, positionCalls := b.feeds.reads.Load(), b.limiter.calls.Load(), b.positions.calls.Load()
+	for i := range 3 {
+		start := time.Now()
+		require.Equal(t, []int64{fresh.ID, cached.ID}, postIDs(page[apiPost](t, b.testBundle, reader, "/v1/feed").Items))
+		took := time.Since(start)
+		t.Logf("feed read %d during the known outage: %s (budget %s)", i, took, budget)
+		require.Less(t, took, budget, "a read during a known outage does not wait for Redis")
+	}
+	require.Equal(t, 4.0, served())
+	require.Equal(t, http.StatusCreated, b.do(t, req{method: http.MethodPost, path: "/v1/posts", body: []byte(`{"body":"x"}`), as: author}).status)
+	require.Equal(t, []int64{author}, followIDs(page[apiFollow](t, b.testBundle, reader, "/v1/users/1/following").Items))
+	require.Equal(t, feedReads, b.feeds.reads.Load(), "no feed read tried Redis")
+	require.Equal(t, limiterCalls, b.limiter.calls.Load(), "no rate limit asked Redis")
+	require.Equal(t, positionCalls, b.positions.calls.Load(), "no write position was read or recorded")
+	require.Equal(t, 2.0, counterValue(t, b.reg, "newsfeed_ratelimit_fail_open_total", "posts"), "each post let through, counted")
+	require.Equal(t, 1.0, counterValue(t, b.reg, "newsfeed_read_primary_fallback_total", "unchecked"), "the listing read the primary")
+
+	b.redis.setCut(false)
+	b.waitRedisBack(t)
+	got := postIDs(page[apiPost](t, b.testBundle, reader, "/v1/feed").Items)
+	require.Equal(t, feedReads+1, b.feeds.reads.Load(), "Redis is tried again")
+	require.Equal(t, 4.0, served(), "and serves the read")
+	require.Equal(t, []int64{cached.ID}, got, "the feed Redis keeps, which no worker has updated here")
+	b.createPost(t, author, "after")
+	require.Equal(t, limiterCalls+1, b.limiter.calls.Load(), "the rate limit is asked again")
 }

@@ -33,8 +33,9 @@ const (
 const rateLimitWait = 250 * time.Millisecond
 
 // rateLimits enforces ratelimit.posts_per_minute and follows_per_minute. It
-// fails open: when the limiter does not answer, the request goes through,
-// counted in newsfeed_ratelimit_fail_open_total. The outage is logged by the health
+// fails open: when the limiter does not answer, or Redis is known to be
+// down (then it is not asked), the request goes through, counted in
+// newsfeed_ratelimit_fail_open_total. The outage is logged by the health
 // watch; each request let through logs at debug (at warn when no outage
 // explains it), with its request id.
 type rateLimits struct {
@@ -75,6 +76,12 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 		}
 		return func(c echo.Context) error {
 			ctx := c.Request().Context()
+			if redisKnownDown(rl.outages) {
+				// Asking would cost the write rateLimitWait for an
+				// answer that cannot come.
+				rl.failOpen.WithLabelValues(action).Inc()
+				return next(c)
+			}
 			lctx, cancel := context.WithTimeout(ctx, rateLimitWait)
 			wait, err := rl.limiter.Allow(lctx, action, userID(c), perMinute)
 			cancel()

@@ -65,6 +65,8 @@ const (
 // stickyReads routes listings and records write positions. A user with no
 // write within sticky.TTL costs one Redis GET per listing and no PostgreSQL
 // query; one with a recent write also one look at the replica's progress.
+// While Redis is known to be down (outages), neither is tried: listings read
+// the primary and positions go unrecorded, counted as when Redis fails.
 type stickyReads struct {
 	ReadYourWrites
 	replica    Listings
@@ -100,6 +102,10 @@ func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registe
 // id (at debug while an outage the health watch logged explains it), never
 // returned: the write stands on PostgreSQL alone.
 func (s *stickyReads) wrote(ctx context.Context, user int64) {
+	if redisKnownDown(s.outages) {
+		s.unrecorded.Inc()
+		return
+	}
 	lsn, err := s.Replication.WritePosition(ctx)
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, positionWait)
@@ -118,6 +124,10 @@ func (s *stickyReads) wrote(ctx context.Context, user int64) {
 // Any listing may show the caller's writes (their follow in someone's
 // followers), so every listing they read is checked.
 func (s *stickyReads) listings(ctx context.Context, caller int64) Listings {
+	if redisKnownDown(s.outages) {
+		s.fallbacks.WithLabelValues(reasonUnchecked).Inc()
+		return s.Primary
+	}
 	ctx, cancel := context.WithTimeout(ctx, positionWait)
 	defer cancel()
 	lsn, found, err := s.Positions.Get(ctx, caller)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/routing"
 )
 
@@ -54,12 +55,16 @@ type FollowChanges interface {
 	Unfollowed(ctx context.Context, follower, followee int64)
 }
 
-// Outages tells whether a known outage of a dependency explains an error
-// (health.Watch), which logs each outage once, when it begins and ends.
+// Outages is what the process knows of its dependencies' outages
+// (health.Watch), which it logs once each, when they begin and end.
 type Outages interface {
 	// Explained reports whether err is explained by a dependency outage
 	// that is already logged.
 	Explained(ctx context.Context, err error) bool
+	// IsDown reports whether the dependency called name (health.Redis) is
+	// known to be down; the watch pings it meanwhile and learns of its
+	// return without any request trying it.
+	IsDown(name string) bool
 }
 
 // The operations routes, served beside the API when Config.Ops is set.
@@ -348,6 +353,16 @@ func (s *Server) homeFeed(c echo.Context) error {
 		return err
 	}
 	ctx, me := c.Request().Context(), userID(c)
+	if s.fallback != nil && redisKnownDown(s.cfg.Outages) {
+		// Trying Redis first would cost every read a dial and its
+		// retries (seconds against a refused port). The watch pings Redis
+		// meanwhile; once it answers, reads go back to it.
+		p, err := s.fallback.read(ctx, me, before, limit, errRedisKnownDown)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, postPage(p, limit))
+	}
 	p, err := s.feeds.Read(ctx, me, before, limit)
 	if err == nil {
 		return c.JSON(http.StatusOK, postPage(p, limit))
@@ -363,10 +378,17 @@ func (s *Server) homeFeed(c echo.Context) error {
 		return err
 	}
 	// The page goes out first: telling whether an outage explains the
-	// failure may take a round of pings.
+	// failure may take a round of pings (which, finding Redis down, sends
+	// the next reads straight to PostgreSQL).
 	_ = http.NewResponseController(c.Response().Writer).Flush()
 	s.degraded(c, "home feed read from PostgreSQL: Redis did not serve it", cause)
 	return nil
+}
+
+// redisKnownDown reports whether outages (which may be nil) knows Redis to
+// be down.
+func redisKnownDown(outages Outages) bool {
+	return outages != nil && outages.IsDown(health.Redis)
 }
 
 // postPage shapes posts as a page; with more than limit posts (a listing that
