@@ -83,8 +83,10 @@ type Config struct {
 	AccessLogLevel zapcore.Level
 	// Outages tells whether a dependency outage, logged once by whoever
 	// watches the dependencies, explains a failure: a request that fails
-	// during one logs at debug instead of warn or error. nil: nothing is
-	// explained.
+	// during one logs at debug instead of warn or error. While it knows
+	// Redis to be down, nothing waits for Redis: feed reads go to Truth at
+	// once, rate limits let requests through, listings read the primary.
+	// nil: nothing is explained, and every request tries Redis.
 	Outages Outages
 	// TracerProvider, when set (tracing.endpoint), traces every request
 	// (a server span, the child of the caller's traceparent if any) and

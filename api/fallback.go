@@ -2,13 +2,13 @@ package api
 
 import (
 	"context"
+	"errors"
 	"math"
-	"sync/atomic"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // TruthReader reads a home feed from PostgreSQL, the truth the Redis feeds
@@ -23,17 +23,21 @@ type TruthReader interface {
 // Redis cannot be read: the same page, since both follow the same posts and
 // follows. At most cap(slots) such reads run at once in a process, so that an
 // outage of Redis does not turn every feed read into a PostgreSQL query;
-// beyond that a read answers 503. The outage is logged when it begins and
-// when it ends, not per request.
+// beyond that a read answers 503. It logs nothing of the outage itself: the
+// health watch (Config.Outages) logs it once when it begins and once when it
+// ends.
 type feedFallback struct {
 	truth TruthReader
 	slots chan struct{}
 	reads *prometheus.CounterVec
-	log   *zap.Logger
-	down  atomic.Bool
 }
 
-func newFeedFallback(truth TruthReader, concurrency int, reg prometheus.Registerer, log *zap.Logger) *feedFallback {
+// errRedisKnownDown is why a feed read that did not try Redis could not be
+// served by it: the health watch knows it is down. A 503 for it is
+// explained by the outage.
+var errRedisKnownDown = &health.DownError{Name: health.Redis, Err: errors.New("known to be down; not tried")}
+
+func newFeedFallback(truth TruthReader, concurrency int, reg prometheus.Registerer) *feedFallback {
 	reads := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "newsfeed_feed_fallback_reads_total",
 		Help: "Home feed reads served from PostgreSQL because Redis did not answer (outcome served), or refused beyond feed.fallback_concurrency (outcome refused).",
@@ -41,14 +45,11 @@ func newFeedFallback(truth TruthReader, concurrency int, reg prometheus.Register
 	if reg != nil {
 		reg.MustRegister(reads)
 	}
-	return &feedFallback{truth: truth, slots: make(chan struct{}, concurrency), reads: reads, log: log}
+	return &feedFallback{truth: truth, slots: make(chan struct{}, concurrency), reads: reads}
 }
 
-// read answers a page from PostgreSQL after the feed read failed with cause.
+// read answers a page from PostgreSQL because Redis could not, for cause.
 func (f *feedFallback) read(ctx context.Context, userID, before int64, limit int, cause error) (domain.FeedPage, error) {
-	if f.down.CompareAndSwap(false, true) {
-		f.log.Warn("home feeds cannot be read from Redis; reading PostgreSQL", zap.Error(cause))
-	}
 	select {
 	case f.slots <- struct{}{}:
 		defer func() { <-f.slots }()
@@ -65,11 +66,4 @@ func (f *feedFallback) read(ctx context.Context, userID, before int64, limit int
 	}
 	f.reads.WithLabelValues("served").Inc()
 	return domain.FeedPage{Posts: posts}, nil // postPage cuts the extra one into a cursor
-}
-
-// recovered notes a feed read that Redis served.
-func (f *feedFallback) recovered() {
-	if f.down.Load() && f.down.CompareAndSwap(true, false) {
-		f.log.Info("home feeds are read from Redis again")
-	}
 }

@@ -4,12 +4,13 @@ import (
 	"context"
 	"net/http"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // RateLimiter counts one user's events of an action, shared by every serve
@@ -32,18 +33,20 @@ const (
 const rateLimitWait = 250 * time.Millisecond
 
 // rateLimits enforces ratelimit.posts_per_minute and follows_per_minute. It
-// fails open: when the limiter does not answer, the request goes through,
-// counted in newsfeed_ratelimit_fail_open_total and logged once per outage.
+// fails open: when the limiter does not answer, or Redis is known to be
+// down (then it is not asked), the request goes through, counted in
+// newsfeed_ratelimit_fail_open_total. The outage is logged by the health
+// watch; each request let through logs at debug (at warn when no outage
+// explains it), with its request id.
 type rateLimits struct {
 	limiter  RateLimiter
 	perMin   map[string]int
 	rejected *prometheus.CounterVec
 	failOpen *prometheus.CounterVec
-	down     atomic.Bool
-	log      *zap.Logger
+	outages  Outages
 }
 
-func newRateLimits(limiter RateLimiter, postsPerMinute, followsPerMinute int, reg prometheus.Registerer, log *zap.Logger) *rateLimits {
+func newRateLimits(limiter RateLimiter, postsPerMinute, followsPerMinute int, reg prometheus.Registerer, outages Outages) *rateLimits {
 	rl := &rateLimits{
 		limiter: limiter,
 		perMin:  map[string]int{actionPost: postsPerMinute, actionFollow: followsPerMinute},
@@ -55,7 +58,7 @@ func newRateLimits(limiter RateLimiter, postsPerMinute, followsPerMinute int, re
 			Name: "newsfeed_ratelimit_fail_open_total",
 			Help: "Requests let through unlimited because the rate limiter (Redis) did not answer, by action.",
 		}, []string{"action"}),
-		log: log,
+		outages: outages,
 	}
 	if reg != nil {
 		reg.MustRegister(rl.rejected, rl.failOpen)
@@ -72,20 +75,24 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 			return next
 		}
 		return func(c echo.Context) error {
-			ctx, cancel := context.WithTimeout(c.Request().Context(), rateLimitWait)
-			wait, err := rl.limiter.Allow(ctx, action, userID(c), perMinute)
+			ctx := c.Request().Context()
+			if redisKnownDown(rl.outages) {
+				// Asking would cost the write rateLimitWait for an
+				// answer that cannot come.
+				rl.failOpen.WithLabelValues(action).Inc()
+				return next(c)
+			}
+			lctx, cancel := context.WithTimeout(ctx, rateLimitWait)
+			wait, err := rl.limiter.Allow(lctx, action, userID(c), perMinute)
 			cancel()
 			switch {
-			case err != nil && c.Request().Context().Err() != nil:
-				return c.Request().Context().Err() // the client left: no outage
+			case err != nil && ctx.Err() != nil:
+				return ctx.Err() // the client left: no outage
 			case err != nil:
 				rl.failOpen.WithLabelValues(action).Inc()
-				if rl.down.CompareAndSwap(false, true) {
-					rl.log.Warn("rate limiter unavailable; letting requests through until it answers", zap.Error(err))
-				}
+				health.Log(ctx, rl.outages, requestLog(c), "rate limiter did not answer; request let through", err,
+					zap.String("action", action))
 				return next(c)
-			case rl.down.CompareAndSwap(true, false):
-				rl.log.Info("rate limiter answers again")
 			}
 			if wait > 0 {
 				rl.rejected.WithLabelValues(action).Inc()

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -10,6 +9,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // Listings are the reads users page through, which database.read_url sends
@@ -64,16 +65,18 @@ const (
 // stickyReads routes listings and records write positions. A user with no
 // write within sticky.TTL costs one Redis GET per listing and no PostgreSQL
 // query; one with a recent write also one look at the replica's progress.
+// While Redis is known to be down (outages), neither is tried: listings read
+// the primary and positions go unrecorded, counted as when Redis fails.
 type stickyReads struct {
 	ReadYourWrites
 	replica    Listings
 	fallbacks  *prometheus.CounterVec
 	unrecorded prometheus.Counter
-	down       atomic.Bool
+	outages    Outages
 	log        *zap.Logger
 }
 
-func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registerer, log *zap.Logger) *stickyReads {
+func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registerer, outages Outages, log *zap.Logger) *stickyReads {
 	s := &stickyReads{
 		ReadYourWrites: *rw,
 		replica:        replica,
@@ -85,7 +88,8 @@ func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registe
 			Name: "newsfeed_write_position_failures_total",
 			Help: "Writes whose log position could not be recorded in Redis: their author's listings may lag behind them until the replica replays them.",
 		}),
-		log: log,
+		outages: outages,
+		log:     log,
 	}
 	if reg != nil {
 		reg.MustRegister(s.fallbacks, s.unrecorded)
@@ -94,24 +98,24 @@ func newStickyReads(rw *ReadYourWrites, replica Listings, reg prometheus.Registe
 }
 
 // wrote records the primary's position after user's write committed, before
-// the response says so. A failure is counted and logged once per outage,
-// never returned: the write stands on PostgreSQL alone.
+// the response says so. A failure is counted and logged with the request's
+// id (at debug while an outage the health watch logged explains it), never
+// returned: the write stands on PostgreSQL alone.
 func (s *stickyReads) wrote(ctx context.Context, user int64) {
+	if redisKnownDown(s.outages) {
+		s.unrecorded.Inc()
+		return
+	}
 	lsn, err := s.Replication.WritePosition(ctx)
 	if err == nil {
 		rctx, cancel := context.WithTimeout(ctx, positionWait)
 		err = s.Positions.Record(rctx, user, lsn)
 		cancel()
 	}
-	switch {
-	case err != nil && ctx.Err() != nil: // the client left
-	case err != nil:
+	if err != nil && ctx.Err() == nil { // else the client left
 		s.unrecorded.Inc()
-		if s.down.CompareAndSwap(false, true) {
-			s.log.Warn("cannot record write positions; their authors may read stale listings until the replica catches up", zap.Error(err))
-		}
-	case s.down.Load() && s.down.CompareAndSwap(true, false):
-		s.log.Info("write positions are recorded again")
+		health.Log(ctx, s.outages, logctx.From(ctx, s.log),
+			"cannot record the write position; its author may read stale listings until the replica catches up", err)
 	}
 }
 
@@ -120,6 +124,10 @@ func (s *stickyReads) wrote(ctx context.Context, user int64) {
 // Any listing may show the caller's writes (their follow in someone's
 // followers), so every listing they read is checked.
 func (s *stickyReads) listings(ctx context.Context, caller int64) Listings {
+	if redisKnownDown(s.outages) {
+		s.fallbacks.WithLabelValues(reasonUnchecked).Inc()
+		return s.Primary
+	}
 	ctx, cancel := context.WithTimeout(ctx, positionWait)
 	defer cancel()
 	lsn, found, err := s.Positions.Get(ctx, caller)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/routing"
 )
 
@@ -54,12 +55,16 @@ type FollowChanges interface {
 	Unfollowed(ctx context.Context, follower, followee int64)
 }
 
-// Outages tells whether a known outage of a dependency explains an error
-// (health.Watch).
+// Outages is what the process knows of its dependencies' outages
+// (health.Watch), which it logs once each, when they begin and end.
 type Outages interface {
 	// Explained reports whether err is explained by a dependency outage
 	// that is already logged.
 	Explained(ctx context.Context, err error) bool
+	// IsDown reports whether the dependency called name (health.Redis) is
+	// known to be down; the watch pings it meanwhile and learns of its
+	// return without any request trying it.
+	IsDown(name string) bool
 }
 
 // The operations routes, served beside the API when Config.Ops is set.
@@ -101,10 +106,10 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	s.tracer = cfg.TracerProvider.Tracer(instrumentationName)
 	s.replica = listings{posts, graph}
 	if cfg.ReadYourWrites != nil {
-		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Logger)
+		s.sticky = newStickyReads(cfg.ReadYourWrites, s.replica, cfg.Registerer, cfg.Outages, cfg.Logger)
 	}
 	if cfg.Truth != nil {
-		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer, cfg.Logger)
+		s.fallback = newFeedFallback(cfg.Truth, cfg.FallbackConcurrency, cfg.Registerer)
 	}
 
 	e := echo.New()
@@ -125,7 +130,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	// echo add catch-all routes that would answer 404 for a wrong method.
 	// The query string is checked after authentication, like all input.
 	auth := authenticate(cfg.Secret)
-	limits := newRateLimits(cfg.RateLimiter, cfg.PostsPerMinute, cfg.FollowsPerMinute, cfg.Registerer, cfg.Logger)
+	limits := newRateLimits(cfg.RateLimiter, cfg.PostsPerMinute, cfg.FollowsPerMinute, cfg.Registerer, cfg.Outages)
 	limitPosts, limitFollows := limits.limit(actionPost), limits.limit(actionFollow)
 	e.POST("/v1/posts", s.createPost, auth, strictQuery, limitPosts)
 	e.GET("/v1/posts/:id", s.getPost, auth, strictQuery)
@@ -347,19 +352,43 @@ func (s *Server) homeFeed(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	p, err := s.feeds.Read(ctx, userID(c), before, limit)
-	switch {
-	case err == nil && s.fallback != nil:
-		s.fallback.recovered()
-	case err != nil && s.fallback != nil && ctx.Err() == nil:
-		if p, err = s.fallback.read(ctx, userID(c), before, limit, err); err != nil {
+	ctx, me := c.Request().Context(), userID(c)
+	if s.fallback != nil && redisKnownDown(s.cfg.Outages) {
+		// Trying Redis first would cost every read a dial and its
+		// retries (seconds against a refused port). The watch pings Redis
+		// meanwhile; once it answers, reads go back to it.
+		p, err := s.fallback.read(ctx, me, before, limit, errRedisKnownDown)
+		if err != nil {
 			return err
 		}
-	case err != nil:
+		return c.JSON(http.StatusOK, postPage(p, limit))
+	}
+	p, err := s.feeds.Read(ctx, me, before, limit)
+	if err == nil {
+		return c.JSON(http.StatusOK, postPage(p, limit))
+	}
+	if s.fallback == nil || ctx.Err() != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, postPage(p, limit))
+	cause := err
+	if p, err = s.fallback.read(ctx, me, before, limit, cause); err != nil {
+		return err
+	}
+	if err := c.JSON(http.StatusOK, postPage(p, limit)); err != nil {
+		return err
+	}
+	// The page goes out first: telling whether an outage explains the
+	// failure may take a round of pings (which, finding Redis down, sends
+	// the next reads straight to PostgreSQL).
+	_ = http.NewResponseController(c.Response().Writer).Flush()
+	s.degraded(c, "home feed read from PostgreSQL: Redis did not serve it", cause)
+	return nil
+}
+
+// redisKnownDown reports whether outages (which may be nil) knows Redis to
+// be down.
+func redisKnownDown(outages Outages) bool {
+	return outages != nil && outages.IsDown(health.Redis)
 }
 
 // postPage shapes posts as a page; with more than limit posts (a listing that

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
 // GET /v1/feed/stream: the caller's home feed as Server-Sent Events.
@@ -233,7 +234,7 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 		st.unfollowed[ev.AuthorID] = true
 		posts, err := st.s.posts.AuthorPosts(ctx, ev.AuthorID, 0, unfollowRemovals)
 		if err != nil {
-			st.s.log.Debug("stream cannot list an unfollowed author's posts", zap.Error(err))
+			logctx.From(ctx, st.s.log).Debug("stream cannot list an unfollowed author's posts", zap.Error(err))
 			return nil
 		}
 		// Only what the client may hold: a post newer than any sent never
@@ -256,7 +257,7 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 func (st *stream) startAtNewest(ctx context.Context) {
 	p, err := st.s.feeds.Read(ctx, st.me, 0, catchUpPage)
 	if err != nil {
-		st.s.log.Debug("stream cannot read its feed", zap.Error(err))
+		logctx.From(ctx, st.s.log).Debug("stream cannot read its feed", zap.Error(err))
 		return // floor 0: the next catch-up sends the feed's top
 	}
 	if len(p.Posts) > 0 {
@@ -276,7 +277,7 @@ func (st *stream) catchUp(ctx context.Context, depth int) error {
 	for before := int64(0); read < depth; {
 		p, err := st.s.feeds.Read(ctx, st.me, before, min(catchUpPage, depth-read))
 		if err != nil {
-			st.s.log.Debug("stream cannot read its feed", zap.Error(err))
+			logctx.From(ctx, st.s.log).Debug("stream cannot read its feed", zap.Error(err))
 			break // the next check tries again
 		}
 		done := false

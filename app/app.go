@@ -142,7 +142,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		s.closers = append(s.closers, read.Close)
 	}
 
-	rdb, err := connectRedis(ctx, cfg, log, slices.Contains(roles, RoleServe))
+	rdb, redisAnswered, err := connectRedis(ctx, cfg, log, slices.Contains(roles, RoleServe))
 	if err != nil {
 		return nil, err
 	}
@@ -150,8 +150,14 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	s.closers = append(s.closers, func() { _ = rdb.Close() })
 
 	s.health = health.NewWatch(log.Named("health"), 0, 0,
-		health.Dependency{Name: "PostgreSQL", Key: "database.url", Ping: s.Primary.Ping},
-		health.Dependency{Name: "Redis", Key: "redis.url", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+		health.Dependency{Name: health.PostgreSQL, Key: "database.url", Ping: s.Primary.Ping},
+		health.Dependency{Name: health.Redis, Key: "redis.url", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
+	if !redisAnswered {
+		// Starting without Redis: the watch logs the outage (its one line
+		// for it) and knows it from the first request on, so that feed
+		// reads go to PostgreSQL at once; its return is logged as any.
+		_ = s.health.Check(ctx)
+	}
 	tp, err := newTracerProvider(ctx, cfg, log, roles)
 	if err != nil {
 		return nil, err
@@ -224,14 +230,17 @@ type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
 
-func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bool) (redis.UniversalClient, error) {
+// connectRedis connects to redis.url, retrying for database.connect_wait. An
+// optional Redis (a process that serves the API) is tried once: when it does
+// not answer, the client is returned with answered false, and the process
+// starts without it.
+func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bool) (rdb redis.UniversalClient, answered bool, err error) {
 	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
-	var rdb redis.UniversalClient
 	poolSize := cfg.Fanout.Concurrency + 32 // one per in-flight ticket, plus readers and the API
 	if cfg.Redis.Cluster {
 		opts, err := redis.ParseClusterURL(cfg.Redis.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", err)
+			return nil, false, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
 		opts.ContextTimeoutEnabled = true // see the single-node branch
@@ -244,7 +253,7 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 	} else {
 		opts, err := redis.ParseURL(cfg.Redis.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redis.url: %w", err)
+			return nil, false, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
 		// A context's deadline bounds the socket reads and writes too, not
@@ -254,7 +263,7 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 		opts.ContextTimeoutEnabled = true
 		rdb = redis.NewClient(opts)
 	}
-	err := backoff.Retry(ctx, cfg.Database.ConnectWait, func(ctx context.Context) error {
+	err = backoff.Retry(ctx, cfg.Database.ConnectWait, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
 		err := rdb.Ping(ctx).Err()
@@ -265,14 +274,12 @@ func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bo
 	})
 	switch {
 	case err == nil:
-		return rdb, nil
+		return rdb, true, nil
 	case optional && ctx.Err() == nil:
-		log.Warn("Redis does not answer; starting without it: writes go to PostgreSQL alone, feed reads too, until it does",
-			zap.String("key", "redis.url"), zap.Error(err))
-		return rdb, nil
+		return rdb, false, nil
 	default:
 		_ = rdb.Close()
-		return nil, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
+		return nil, false, fmt.Errorf("redis.url: cannot reach Redis: %w", err)
 	}
 }
 
@@ -523,7 +530,7 @@ func (s *System) publisher() *live.Publisher {
 	defer s.liveMu.Unlock()
 	if s.live == nil { // once per System: its metrics are registered once
 		s.live = live.NewPublisher(s.Redis, live.PublisherConfig{
-			Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Registerer: s.registry,
+			Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Outages: s.health, Registerer: s.registry,
 		})
 	}
 	return s.live
@@ -542,6 +549,7 @@ func (s *System) liveHub() (*live.Hub, error) {
 			Posts:          s.Feeds,
 			Follows:        s.Feeds,
 			Logger:         s.Log.Named("live"),
+			Outages:        s.health,
 			Registerer:     s.registry,
 		})
 		if err != nil {
@@ -596,7 +604,9 @@ func (s *System) dispatchRole(ctx context.Context, g *errgroup.Group) error {
 func (s *System) workRole(ctx context.Context, g *errgroup.Group, changes fanout.Live) error {
 	cfg := s.Config
 	if err := s.Queue.EnsureGroup(ctx); err != nil {
-		s.Log.Warn("cannot create the consumer group yet; workers will retry", zap.Error(err))
+		// At debug while the watch has logged Redis down (`all` started
+		// without it): the outage is its line.
+		health.Log(ctx, s.health, s.Log, "cannot create the consumer group yet; workers will retry", err)
 	}
 	w, err := fanout.New(s.Store, s.fanoutFeeds, s.Store, s.Queue, fanout.Config{
 		Concurrency:     cfg.Fanout.Concurrency,

@@ -270,7 +270,7 @@ func connectExternal(ctx context.Context, cfg *Config, apiURL string) (bench.Har
 	if err != nil {
 		return bench.Harness{}, nil, fmt.Errorf("database.url: %w", err)
 	}
-	rdb, err := connectRedis(ctx, cfg, zap.NewNop(), false)
+	rdb, _, err := connectRedis(ctx, cfg, zap.NewNop(), false) // not optional: an error when it does not answer
 	if err != nil {
 		pool.Close()
 		return bench.Harness{}, nil, err

@@ -49,12 +49,17 @@ func (p *proc) count(msg string) int {
 }
 
 // TestOutagesLoggedOncePerTransition: PostgreSQL, then Redis, goes away
-// from every role while requests keep failing and the loops keep retrying;
-// each role that met the outage logs it once when it began and once when it
-// ended, and no line anywhere carries a stack trace.
+// from every role while requests keep failing (or, for Redis, are served
+// degraded: feed reads from PostgreSQL, rate limits and read-your-writes
+// checks skipped) and the loops keep retrying; each role that met the
+// outage logs it once when it began and once when it ended, every line the
+// API writes has its request's id, and no line anywhere carries a stack
+// trace.
 func TestOutagesLoggedOncePerTransition(t *testing.T) {
 	t.Parallel()
-	c := newCluster(t, withEnv("NEWSFEED_LOG_LEVEL=info", "NEWSFEED_OUTBOX_BACKOFF_BASE=100ms", "NEWSFEED_OUTBOX_NOTIFY=false"))
+	c := newCluster(t, withEnv("NEWSFEED_LOG_LEVEL=info", "NEWSFEED_OUTBOX_BACKOFF_BASE=100ms", "NEWSFEED_OUTBOX_NOTIFY=false",
+		// Limits on, far above what the test sends: the limiter is asked.
+		"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=100000", "NEWSFEED_RATELIMIT_FOLLOWS_PER_MINUTE=100000"))
 	c.skipOnCluster("a TCP proxy cuts Redis; a cluster client would reach the nodes directly")
 	dbURL, err := url.Parse(c.dbURL)
 	require.NoError(t, err)
@@ -93,6 +98,10 @@ func TestOutagesLoggedOncePerTransition(t *testing.T) {
 	parallel(failing, 8, func(int) {
 		status, _ := alan.do("PUT", "/v1/following/5", nil) // accepted; the feed's backfill fails and is left to the event
 		assert.Equal(t, http.StatusNoContent, status)
+		status, _ = alan.do("GET", "/v1/feed", nil) // from PostgreSQL
+		assert.Equal(t, http.StatusOK, status)
+		status, _ = alan.do("GET", "/v1/users/5/followers", nil) // on the primary, with database.read_url
+		assert.Equal(t, http.StatusOK, status)
 	})
 	john.post("published once Redis is back")
 	const rdDown, rdUp = "Redis is unreachable: what needs it fails, and is retried, until it answers", "Redis answers again"
@@ -115,6 +124,9 @@ func TestOutagesLoggedOncePerTransition(t *testing.T) {
 		}
 		for _, l := range p.lines() {
 			require.NotContains(t, l, "stacktrace", "%s: %v", p.role, l)
+			if l["logger"] == "api" {
+				require.NotEmpty(t, l["request_id"], "%s: every line the API writes is a request's: %v", p.role, l)
+			}
 			require.NotEqual(t, "request failed", l["msg"], "%s: a failure the outage explains is a debug line", p.role)
 			ts, _ := l["ts"].(string)
 			_, err := time.Parse(time.RFC3339Nano, ts)

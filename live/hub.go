@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // The defaults of HubConfig.
@@ -59,6 +60,11 @@ type HubConfig struct {
 	Follows Follows
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
+	// Outages tells whether a dependency outage, logged once by whoever
+	// watches the dependencies (health.Watch), explains the inbox's
+	// subscription failing: then it logs at debug. nil: nothing is
+	// explained.
+	Outages health.Explainer
 	// Registerer receives the hub's metrics. Defaults to none.
 	Registerer prometheus.Registerer
 }
@@ -149,7 +155,7 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.down = false
 	h.mu.Unlock()
-	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
+	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, h.cfg.Outages, func(bool) {
 		// What came before (streams opened before the first subscription
 		// too) is lost: every stream reads its feed.
 		h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})

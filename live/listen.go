@@ -6,8 +6,10 @@ import (
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // listen keeps a subscription to one shard channel until ctx ends: it calls
@@ -15,19 +17,26 @@ import (
 // messages may have been lost in between, since Pub/Sub keeps nothing — and
 // message for each message. A subscription that breaks (the node died, the
 // slot moved: Redis then unsubscribes its clients) is made again, after a
-// growing wait while Redis does not answer.
-func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger,
+// growing wait while Redis does not answer. An interruption that lasts is
+// logged, and its end, at warn and info, or at debug while an outage that
+// outages (which may be nil) has logged explains it: an outage of Redis is
+// the watch's two lines, not two more per channel.
+func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger, outages health.Explainer,
 	subscribed func(again bool), message func(payload string)) {
 	wait := backoff.Doubling{Max: 2e9}
-	again, failures := false, 0
+	again, failures, warned := false, 0, false
 	for ctx.Err() == nil {
 		ps := rdb.SSubscribe(ctx, channel)
 		err := receive(ctx, ps, func() {
 			wait.Reset()
 			if failures >= warnAfter {
-				log.Info("live channel subscribed again", zap.String("channel", channel))
+				level := zapcore.DebugLevel
+				if warned {
+					level = zapcore.InfoLevel
+				}
+				log.Log(level, "live channel subscribed again", zap.String("channel", channel))
 			}
-			failures = 0
+			failures, warned = 0, false
 			subscribed(again)
 			again = true
 		}, message)
@@ -36,8 +45,13 @@ func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log 
 			return
 		}
 		failures++
-		if failures == warnAfter { // once an outage: live events wait, the feeds do not
-			log.Warn("live channel unavailable; live streams get what they miss from the feed until it is back",
+		if failures == warnAfter { // once an interruption: live events wait, the feeds do not
+			warned = outages == nil || !outages.Explained(ctx, err)
+			level := zapcore.DebugLevel
+			if warned {
+				level = zapcore.WarnLevel
+			}
+			log.Log(level, "live channel unavailable; live streams get what they miss from the feed until it is back",
 				zap.String("channel", channel), zap.Error(err))
 		} else {
 			log.Debug("live channel interrupted; subscribing again", zap.String("channel", channel), zap.Error(err))

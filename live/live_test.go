@@ -6,9 +6,14 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+	"go.uber.org/zap/zaptest/observer"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/live"
 )
@@ -215,5 +220,50 @@ func TestPresenceSurvivesACloseBesideAnOpen(t *testing.T) {
 		}
 		require.True(t, got, "round %d: the reader's open stream was forgotten", round)
 		sub.Close()
+	}
+}
+
+// explainsAll says a logged outage explains every failure, as the health
+// watch does while Redis is down.
+type explainsAll struct{}
+
+func (explainsAll) Explained(context.Context, error) bool { return true }
+
+// A channel that cannot be subscribed for a while is logged once at warn —
+// or at debug when a logged outage explains it: the outage is the health
+// watch's line, not one more per channel.
+func TestLiveChannelOutageLoggedOnce(t *testing.T) {
+	t.Parallel()
+	for name, tc := range map[string]struct {
+		outages health.Explainer
+		level   zapcore.Level
+	}{
+		"Unexplained": {nil, zapcore.WarnLevel},
+		"Explained":   {explainsAll{}, zapcore.DebugLevel},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			// Refused at once: no dial retries, no command retries.
+			rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialerRetries: 1})
+			t.Cleanup(func() { _ = rdb.Close() })
+			core, logs := observer.New(zapcore.DebugLevel)
+			hub, err := live.NewHub(rdb, live.HubConfig{Posts: posts{}, Follows: follows{}, Logger: zap.New(core), Outages: tc.outages})
+			require.NoError(t, err)
+			pub := live.NewPublisher(rdb, live.PublisherConfig{Logger: zap.New(core), Outages: tc.outages})
+			ctx, stop := context.WithCancel(context.Background())
+			done := make(chan struct{}, 2)
+			go func() { _ = pub.Run(ctx); done <- struct{}{} }()
+			go func() { _ = hub.Run(ctx); done <- struct{}{} }()
+			t.Cleanup(func() { stop(); <-done; <-done })
+
+			const msg = "live channel unavailable; live streams get what they miss from the feed until it is back"
+			require.Eventually(t, func() bool { return logs.FilterMessage(msg).Len() == 2 }, 30*time.Second, 10*time.Millisecond,
+				"the hub's inbox and the publisher's presence channel")
+			for _, e := range logs.FilterMessage(msg).All() {
+				require.Equal(t, tc.level, e.Level, "%v", e.ContextMap()["channel"])
+			}
+			require.Zero(t, logs.FilterLevelExact(zapcore.WarnLevel).Len()-logs.FilterMessage(msg).FilterLevelExact(zapcore.WarnLevel).Len(),
+				"nothing else warns")
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
+
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // Publisher tells the hubs what changed in the feeds of the readers they
@@ -18,9 +20,10 @@ import (
 // arrive is found again by the stream's next read of the feed, so nothing
 // it fails to send fails the fan-out. Run keeps its copy of the presence.
 type Publisher struct {
-	rdb  redis.UniversalClient
-	keys keys
-	log  *zap.Logger
+	rdb     redis.UniversalClient
+	keys    keys
+	log     *zap.Logger
+	outages health.Explainer
 
 	mu        sync.RWMutex
 	users     map[int64][]string // user → the hubs that hold a stream of theirs
@@ -36,6 +39,9 @@ type PublisherConfig struct {
 	Prefix string
 	// Logger defaults to a no-op logger.
 	Logger *zap.Logger
+	// Outages, like the hub's, explains the presence channel's
+	// subscription failing during a logged outage. nil: nothing is.
+	Outages health.Explainer
 	// Registerer receives the publisher's counters. Defaults to none.
 	Registerer prometheus.Registerer
 }
@@ -47,7 +53,7 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) *Publisher {
 		cfg.Logger = zap.NewNop()
 	}
 	p := &Publisher{
-		rdb: rdb, keys: keys{cfg.Prefix}, log: cfg.Logger,
+		rdb: rdb, keys: keys{cfg.Prefix}, log: cfg.Logger, outages: cfg.Outages,
 		sent: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "newsfeed_live_messages_total",
 			Help: "Messages sent to the processes that hold live streams (one per process and page of followers).",
@@ -68,7 +74,7 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) *Publisher {
 // each interruption of the announcements), which also forgets hubs that
 // died. It returns nil when ctx ends.
 func (p *Publisher) Run(ctx context.Context) error {
-	go listen(ctx, p.rdb, p.keys.presence(), p.log, func(bool) { p.reload(ctx) }, p.apply)
+	go listen(ctx, p.rdb, p.keys.presence(), p.log, p.outages, func(bool) { p.reload(ctx) }, p.apply)
 	t := time.NewTicker(reloadEvery)
 	defer t.Stop()
 	for {

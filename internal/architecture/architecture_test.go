@@ -37,7 +37,7 @@ var allowed = map[string][]string{
 	"internal/logctx":       {},
 	"internal/routing":      {}, // the API's one rule over echo's router, shared with openapitest
 	"ratelimit":             {},
-	"live":                  {"domain", "internal/backoff"}, // live streams' presence and messages, over Redis
+	"live":                  {"domain", "internal/backoff", "internal/health"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
 	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},

@@ -23,6 +23,13 @@ import (
 	"go.uber.org/zap/zapcore"
 )
 
+// The names of the dependencies the processes watch, as their log lines and
+// /readyz say them.
+const (
+	PostgreSQL = "PostgreSQL"
+	Redis      = "Redis"
+)
+
 // Dependency is one service the process needs.
 type Dependency struct {
 	// Name is how operators call it: "PostgreSQL", "Redis".
@@ -111,6 +118,19 @@ func (w *Watch) Down() bool {
 	for _, d := range w.deps {
 		if d.down.Load() {
 			return true
+		}
+	}
+	return false
+}
+
+// IsDown reports whether the dependency called name is known to be down:
+// the watch has logged it going and not yet coming back. While it is, Run
+// pings it every interval, so work that can do without it may skip it
+// rather than wait for it to fail again.
+func (w *Watch) IsDown(name string) bool {
+	for _, d := range w.deps {
+		if d.Name == name {
+			return d.down.Load()
 		}
 	}
 	return false

@@ -155,3 +155,35 @@ func TestCancelledIsNoOutage(t *testing.T) {
 	require.False(t, w.Explained(context.Background(), nil))
 	require.False(t, pinged, "nothing to explain: no ping")
 }
+
+// TestIsDown: a dependency is down from the round of pings that logged it
+// going until the one that logged it back, and the others are not.
+func TestIsDown(t *testing.T) {
+	t.Parallel()
+	var redisErr error
+	var mu sync.Mutex
+	w := health.NewWatch(zap.NewNop(), 0, 0,
+		health.Dependency{Name: health.PostgreSQL, Ping: func(context.Context) error { return nil }},
+		health.Dependency{Name: health.Redis, Ping: func(context.Context) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return redisErr
+		}})
+	require.NoError(t, w.Check(t.Context()))
+	require.False(t, w.IsDown(health.Redis))
+
+	mu.Lock()
+	redisErr = errors.New("connection refused")
+	mu.Unlock()
+	require.False(t, w.IsDown(health.Redis), "not known before a ping says so")
+	require.Error(t, w.Check(t.Context()))
+	require.True(t, w.IsDown(health.Redis))
+	require.False(t, w.IsDown(health.PostgreSQL))
+	require.False(t, w.IsDown("Memcached"), "a dependency not watched is never known down")
+
+	mu.Lock()
+	redisErr = nil
+	mu.Unlock()
+	require.NoError(t, w.Check(t.Context()))
+	require.False(t, w.IsDown(health.Redis))
+}
