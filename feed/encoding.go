@@ -36,7 +36,9 @@ import (
 // follower instead of a head's hundreds (Redis turns what a script reads
 // into Lua strings at about 1.5 ns a byte). The header is 30 bytes:
 //
-//	byte  1      0xF1, this layout
+//	byte  1      0xF3, this layout (0xF1 began the head of the two-key
+//	             layout before it: a version that reads one reads the other
+//	             as missing, and rebuilds it)
 //	byte  2      flags: 1 complete (a newest prefix of the truth, every post
 //	             it should hold down to its lowest entry, which is its
 //	             bound), 2 whole (it holds the whole history: a read that
@@ -60,7 +62,7 @@ import (
 // head makes a string without the 0xF2), or whose tail is not as long as
 // the header says, is treated as missing and rebuilt.
 const (
-	headMagic    = 0xF1 // the meta's first byte (it began the head, before the meta had a key of its own)
+	metaMagic    = 0xF3 // the meta's first byte
 	entriesMagic = 0xF2 // the head's first byte
 	headerLen    = 30
 	flagComplete = 1
@@ -93,7 +95,7 @@ type header struct {
 // parseSet parses a set's meta and head values; false when either is not
 // of this layout (a key missing, or left by an older version).
 func parseSet(metaV, headV []byte) (header, bool) {
-	if len(metaV) != headerLen || metaV[0] != headMagic ||
+	if len(metaV) != headerLen || metaV[0] != metaMagic ||
 		len(headV) < 1 || headV[0] != entriesMagic || (len(headV)-1)%entryLen != 0 {
 		return header{}, false
 	}
@@ -107,7 +109,7 @@ func parseSet(metaV, headV []byte) (header, bool) {
 // meta is the meta key's value.
 func (h header) meta() []byte {
 	v := make([]byte, headerLen)
-	v[0], v[1] = headMagic, h.flags
+	v[0], v[1] = metaMagic, h.flags
 	copy(v[2:10], h.token[:])
 	putInt(v[10:18], h.asOf)
 	binary.BigEndian.PutUint32(v[18:22], uint32(min(max(h.tailN, 0), math.MaxUint32))) // ≤ max_len

@@ -273,3 +273,24 @@ func TestLayoutSortedSetFromAnOlderVersion(t *testing.T) {
 	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
 	require.Equal(t, []int64{first}, b.readAll(t, 10, 20))
 }
+
+// A feed left by the version before the meta had a key of its own — header
+// and entries in feed:{id}, beginning with 0xF1; with no entries it is 30
+// bytes, a meta's length — reads as missing and is rebuilt, and a push
+// writes nothing into it.
+func TestLayoutTwoKeyFeedFromAnOlderVersion(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	first := b.post(t, 1)
+	old := make([]byte, 30)
+	old[0], old[1] = 0xF1, 1|2 // complete and whole, no entry: an empty feed to that version
+	require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), old, time.Hour).Err())
+	second := b.post(t, 1)
+	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t), true)
+	require.NoError(t, err)
+	require.Zero(t, n, "no push into a feed of another layout")
+	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20), "rebuilt from PostgreSQL")
+	b.checkLayout(t, 10)
+}

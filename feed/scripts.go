@@ -24,7 +24,7 @@ import "github.com/redis/go-redis/v9"
 
 // luaCommon is put before every script that changes a set.
 const luaCommon = `
-local MAGIC, HEADER = 241, 30
+local MAGIC, HEADER = 243, 30
 -- a meta's magic, flags, "as of", tail count and tail's newest (the token skipped)
 local META = '>BBxxxxxxxxI8I4I8'
 local HEADSTART = string.char(242) -- a head's first byte
