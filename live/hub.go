@@ -144,16 +144,21 @@ func NewHub(rdb redis.UniversalClient, cfg HubConfig) (*Hub, error) {
 
 // Run registers the hub, listens on its inbox and renews its presence until
 // ctx ends; then it ends every stream and forgets the hub in Redis. It
-// returns nil when ctx ends.
+// returns nil when ctx ends, once the goroutine it started has ended.
 func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.down = false
 	h.mu.Unlock()
-	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
-		// What came before (streams opened before the first subscription
-		// too) is lost: every stream reads its feed.
-		h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
-	}, func(payload string) { h.handle(ctx, payload) })
+	listening := make(chan struct{})
+	defer func() { <-listening }()
+	go func() {
+		defer close(listening)
+		listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
+			// What came before (streams opened before the first
+			// subscription too) is lost: every stream reads its feed.
+			h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
+		}, func(payload string) { h.handle(ctx, payload) })
+	}()
 	h.renew(ctx)
 	t := time.NewTicker(leaseRenew)
 	defer t.Stop()

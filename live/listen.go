@@ -15,13 +15,17 @@ import (
 // messages may have been lost in between, since Pub/Sub keeps nothing — and
 // message for each message. A subscription that breaks (the node died, the
 // slot moved: Redis then unsubscribes its clients) is made again, after a
-// growing wait while Redis does not answer.
+// growing wait while Redis does not answer. It returns once ctx has ended.
 func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger,
 	subscribed func(again bool), message func(payload string)) {
 	wait := backoff.Doubling{Max: 2e9}
 	again, failures := false, 0
 	for ctx.Err() == nil {
 		ps := rdb.SSubscribe(ctx, channel)
+		// A Pub/Sub read ends with its connection, not with its context:
+		// close the subscription when ctx ends, or receive waits for the
+		// next message (or for the client to close) however long that is.
+		unhook := context.AfterFunc(ctx, func() { _ = ps.Close() })
 		err := receive(ctx, ps, func() {
 			wait.Reset()
 			if failures >= warnAfter {
@@ -31,6 +35,7 @@ func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log 
 			subscribed(again)
 			again = true
 		}, message)
+		unhook()
 		_ = ps.Close()
 		if ctx.Err() != nil {
 			return

@@ -7,11 +7,18 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/live"
 )
+
+// The hub and the publisher each run loops and stream readers in
+// goroutines; none may outlive the tests.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // posts hydrates any id as a post by author 9.
 type posts struct{}
@@ -216,4 +223,26 @@ func TestPresenceSurvivesACloseBesideAnOpen(t *testing.T) {
 		require.True(t, got, "round %d: the reader's open stream was forgotten", round)
 		sub.Close()
 	}
+}
+
+// Run returns only once every goroutine it started has ended, even while
+// the Redis client stays open (a Pub/Sub read does not end with its
+// context; the client is closed later, if at all). Not parallel: the
+// goroutines it compares are its own.
+func TestRunLeavesNoGoroutineBehind(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	pub := live.NewPublisher(rdb, live.PublisherConfig{Prefix: prefix})
+	hub, err := live.NewHub(rdb, live.HubConfig{Prefix: prefix, Posts: posts{}, Follows: follows{}})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = pub.Run(ctx); done <- struct{}{} }()
+	go func() { _ = hub.Run(ctx); done <- struct{}{} }()
+	e := &env{pub: pub, hub: hub}
+	e.warmUp(t) // both subscriptions are up
+	stop()
+	<-done
+	<-done
+	goleak.VerifyNone(t, before)
 }
