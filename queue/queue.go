@@ -130,9 +130,9 @@ func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: Config.Stream %q holds a hash tag: every partition would be in its slot", cfg.Stream)
 	}
 	if err := errors.Join(
-		defaults.NotNegative("queue", "Refresh", cfg.Refresh, defaults.The(DefaultRefresh)),
-		defaults.NotNegative("queue", "WaitReplicas", cfg.WaitReplicas, "no wait"),
-		defaults.NotNegative("queue", "WaitTimeout", cfg.WaitTimeout, defaults.The(DefaultWaitTimeout)),
+		defaults.NotNegative("queue.Config", "Refresh", cfg.Refresh, defaults.The(DefaultRefresh)),
+		defaults.NotNegative("queue.Config", "WaitReplicas", cfg.WaitReplicas, "no wait"),
+		defaults.NotNegative("queue.Config", "WaitTimeout", cfg.WaitTimeout, defaults.The(DefaultWaitTimeout)),
 	); err != nil {
 		return nil, err
 	}

@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
 	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},
 	"queue":                 {"domain", "internal/defaults", "internal/replicas"},
-	"outbox":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
+	"outbox":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"api":                   {"domain", "docs", "internal/defaults", "internal/health", "internal/logctx", "internal/routing"},
 	"admin":                 {"domain", "internal/static"}, // the operator console; app hands it the store and the queue
