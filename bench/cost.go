@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -309,7 +310,9 @@ func (r *runner) bytesPerEntry(ctx context.Context, users []int64) (float64, err
 	return perEntry(bytes, entries), nil
 }
 
-func isNil(err error) bool { return err == redis.Nil }
+// isNil reports whether a command found nothing (redis.Nil), also when
+// wrapped.
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }
 
 // statCPU is utime + stime of a /proc/PID/stat line, in seconds.
 func statCPU(s string) float64 {
