@@ -149,16 +149,12 @@ func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.down = false
 	h.mu.Unlock()
-	listening := make(chan struct{})
-	defer func() { <-listening }()
-	go func() {
-		defer close(listening)
-		listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
-			// What came before (streams opened before the first
-			// subscription too) is lost: every stream reads its feed.
-			h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
-		}, func(payload string) { h.handle(ctx, payload) })
-	}()
+	wait := goListen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, func(bool) {
+		// What came before (streams opened before the first subscription
+		// too) is lost: every stream reads its feed.
+		h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
+	}, func(payload string) { h.handle(ctx, payload) })
+	defer wait()
 	h.renew(ctx)
 	t := time.NewTicker(leaseRenew)
 	defer t.Stop()

@@ -10,6 +10,19 @@ import (
 	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
+// goListen runs listen in a goroutine of its own, and returns a function
+// that waits until that goroutine has ended (it ends once ctx has): Run
+// calls it before returning, so that nothing it started outlives it.
+func goListen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger,
+	subscribed func(again bool), message func(payload string)) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		listen(ctx, rdb, channel, log, subscribed, message)
+	}()
+	return func() { <-done }
+}
+
 // listen keeps a subscription to one shard channel until ctx ends: it calls
 // subscribed each time the subscription (re)starts — after the first time,
 // messages may have been lost in between, since Pub/Sub keeps nothing — and

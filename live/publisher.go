@@ -69,12 +69,8 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) *Publisher {
 // died. It returns nil when ctx ends, once the goroutine it started has
 // ended.
 func (p *Publisher) Run(ctx context.Context) error {
-	listening := make(chan struct{})
-	defer func() { <-listening }()
-	go func() {
-		defer close(listening)
-		listen(ctx, p.rdb, p.keys.presence(), p.log, func(bool) { p.reload(ctx) }, p.apply)
-	}()
+	wait := goListen(ctx, p.rdb, p.keys.presence(), p.log, func(bool) { p.reload(ctx) }, p.apply)
+	defer wait()
 	t := time.NewTicker(reloadEvery)
 	defer t.Stop()
 	for {
