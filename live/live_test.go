@@ -42,6 +42,22 @@ func (follows) Following(_ context.Context, readers []int64, _ int64) ([]int, er
 	return out, nil
 }
 
+func TestNewHubChecksItsConfig(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]live.HubConfig{
+		"HubConfig.MaxPerUser":     {MaxPerUser: -1},
+		"HubConfig.MaxConnections": {MaxConnections: -1},
+		"HubConfig.Buffer":         {Buffer: -1},
+	} {
+		cfg.Posts, cfg.Follows = posts{}, follows{}
+		hub, err := live.NewHub(nil, cfg)
+		require.ErrorContains(t, err, "live: "+field+" is -1, out of range", field)
+		require.Nil(t, hub)
+	}
+	_, err := live.NewHub(nil, live.HubConfig{})
+	require.ErrorContains(t, err, "required")
+}
+
 type env struct {
 	pub      *live.Publisher
 	hub      *live.Hub

@@ -38,7 +38,7 @@ var allowed = map[string][]string{
 	"internal/logctx":       {},
 	"internal/routing":      {}, // the API's one rule over echo's router, shared with openapitest
 	"ratelimit":             {},
-	"live":                  {"domain", "internal/backoff"}, // live streams' presence and messages, over Redis
+	"live":                  {"domain", "internal/backoff", "internal/defaults"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
 	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},
@@ -46,9 +46,9 @@ var allowed = map[string][]string{
 	"outbox":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"api":                   {"domain", "docs", "internal/defaults", "internal/health", "internal/logctx", "internal/routing"},
-	"admin":                 {"domain", "internal/static"}, // the operator console; app hands it the store and the queue
-	"web":                   {"internal/static"},           // the web app's files; app hands them to api
-	"internal/static":       {},                            // sending the embedded files of web and admin
+	"admin":                 {"domain", "internal/defaults", "internal/static"}, // the operator console; app hands it the store and the queue
+	"web":                   {"internal/static"},                                // the web app's files; app hands them to api
+	"internal/static":       {},                                                 // sending the embedded files of web and admin
 	"internal/testenv":      {"store"},
 	"internal/browser":      {}, // headless Chromium for tests
 	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},
