@@ -40,14 +40,7 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client,
 	case *redis.Client:
 		return []*redis.Client{c}, nil
 	case *redis.ClusterClient:
-		var mu sync.Mutex
-		var out []*redis.Client
-		err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			out = append(out, n)
-			return nil
-		})
+		out, err := nodes(ctx, c.ForEachMaster)
 		sort.Slice(out, func(i, j int) bool { return out[i].Options().Addr < out[j].Options().Addr })
 		return out, err
 	default:
@@ -62,9 +55,15 @@ func replicas(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client, 
 	if !ok {
 		return nil, nil
 	}
+	return nodes(ctx, c.ForEachSlave)
+}
+
+// nodes collects the clients forEach (a cluster's ForEachMaster or
+// ForEachSlave) visits, which it does concurrently.
+func nodes(ctx context.Context, forEach func(context.Context, func(context.Context, *redis.Client) error) error) ([]*redis.Client, error) {
 	var mu sync.Mutex
 	var out []*redis.Client
-	err := c.ForEachSlave(ctx, func(_ context.Context, n *redis.Client) error {
+	err := forEach(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
 		defer mu.Unlock()
 		out = append(out, n)
