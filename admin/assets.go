@@ -1,17 +1,17 @@
 package admin
 
 import (
-	"bytes"
 	"embed"
 	"io/fs"
-	"mime"
 	"net/http"
-	"path"
-	"time"
+
+	"github.com/newsfeed/newsfeed/internal/static"
 )
 
+// files are the console's page and the files it loads.
+//
 //go:embed static
-var static embed.FS
+var files embed.FS
 
 // contentSecurityPolicy lets the page load its own files and call its own
 // origin, and nothing else: no inline script or style, no frames, no CDN.
@@ -33,7 +33,7 @@ func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "not_found", "no such file: "+r.URL.Path)
 		return
 	}
-	if _, err := fs.Stat(static, "static/"+name); err != nil {
+	if _, err := fs.Stat(files, "static/"+name); err != nil {
 		writeError(w, http.StatusNotFound, "not_found", "no such file: "+r.URL.Path)
 		return
 	}
@@ -41,39 +41,12 @@ func (c *Console) asset(w http.ResponseWriter, r *http.Request) {
 }
 
 // serveStatic sends an embedded file with the headers every file of the
-// console has. The files change only with the binary: no-cache makes a
-// browser ask again, and ServeContent answers what it can.
+// console has (static.Serve).
 func serveStatic(w http.ResponseWriter, r *http.Request, name string) {
-	body, err := static.ReadFile("static/" + name)
+	body, err := files.ReadFile("static/" + name)
 	if err != nil {
 		writeError(w, http.StatusNotFound, "not_found", "no such file: "+r.URL.Path)
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", contentType(name))
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Security-Policy", contentSecurityPolicy)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("X-Frame-Options", "DENY")
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(body))
-}
-
-// contentType is a file's type by its extension, said here so that a
-// machine's /etc/mime.types cannot change it.
-func contentType(name string) string {
-	switch path.Ext(name) {
-	case ".html":
-		return "text/html; charset=utf-8"
-	case ".js":
-		return "text/javascript; charset=utf-8"
-	case ".css":
-		return "text/css; charset=utf-8"
-	case ".svg":
-		return "image/svg+xml"
-	}
-	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
-		return t
-	}
-	return "application/octet-stream"
+	static.Serve(w, r, body, static.ContentType(name), contentSecurityPolicy)
 }

@@ -29,6 +29,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/internal/defaults"
+
 	"github.com/newsfeed/newsfeed/domain"
 )
 
@@ -82,7 +84,8 @@ type Process struct {
 	StartedAt time.Time
 }
 
-// Config configures a Console.
+// Config configures a Console. A zero field takes its default; a negative
+// one makes New return an error naming the field.
 type Config struct {
 	// Token is admin.token: every API request must carry it as a bearer
 	// token. Empty turns the console off, unless Open.
@@ -130,18 +133,16 @@ func New(cfg Config) (*Console, error) {
 	if cfg.Outbox == nil || cfg.Queue == nil || cfg.Gatherer == nil {
 		return nil, errors.New("admin: Config.Outbox, Config.Queue and Config.Gatherer are required")
 	}
-	if cfg.SampleEvery < 0 || cfg.Samples < 0 || cfg.DependencyTimeout < 0 {
-		return nil, errors.New("admin: Config.SampleEvery, Config.Samples and Config.DependencyTimeout must not be negative")
+	if err := errors.Join(
+		defaults.NotNegative("admin.Config", "SampleEvery", cfg.SampleEvery, defaults.The(DefaultSampleEvery)),
+		defaults.NotNegative("admin.Config", "Samples", cfg.Samples, defaults.The(DefaultSamples)),
+		defaults.NotNegative("admin.Config", "DependencyTimeout", cfg.DependencyTimeout, defaults.The(DefaultDependencyTimeout)),
+	); err != nil {
+		return nil, err
 	}
-	if cfg.SampleEvery == 0 {
-		cfg.SampleEvery = DefaultSampleEvery
-	}
-	if cfg.Samples == 0 {
-		cfg.Samples = DefaultSamples
-	}
-	if cfg.DependencyTimeout == 0 {
-		cfg.DependencyTimeout = DefaultDependencyTimeout
-	}
+	defaults.Fill(&cfg.SampleEvery, DefaultSampleEvery)
+	defaults.Fill(&cfg.Samples, DefaultSamples)
+	defaults.Fill(&cfg.DependencyTimeout, DefaultDependencyTimeout)
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}

@@ -247,4 +247,17 @@ func TestNewChecksItsConfig(t *testing.T) {
 	t.Parallel()
 	_, err := admin.New(admin.Config{Token: token})
 	require.ErrorContains(t, err, "required")
+
+	for field, change := range map[string]func(*admin.Config){
+		"Config.SampleEvery":       func(cfg *admin.Config) { cfg.SampleEvery = -time.Second },
+		"Config.Samples":           func(cfg *admin.Config) { cfg.Samples = -1 },
+		"Config.DependencyTimeout": func(cfg *admin.Config) { cfg.DependencyTimeout = -time.Second },
+	} {
+		// New only keeps what it reads from: nothing is read here.
+		cfg := admin.Config{Token: token, Outbox: (*store.DB)(nil), Queue: (*queue.Queue)(nil), Gatherer: prometheus.NewRegistry()}
+		change(&cfg)
+		_, err := admin.New(cfg)
+		require.ErrorContains(t, err, "admin: "+field+" is -", field)
+		require.ErrorContains(t, err, "out of range", field)
+	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 
 	"github.com/newsfeed/newsfeed/api"
 	"github.com/newsfeed/newsfeed/feed"
@@ -23,6 +24,13 @@ import (
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
+
+// The tests run servers, streams with their timers, live hubs and
+// publishers, dispatchers and workers behind the API, and feeds that
+// rebuild in goroutines; none of their goroutines may outlive the tests.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 var testSecret = []byte("test-secret")
 

@@ -132,7 +132,7 @@ func (c *Config) validate() error {
 }
 
 func notNegative[T defaults.Number](field string, v T, zero string) error {
-	return defaults.NotNegative("api", field, v, zero)
+	return defaults.NotNegative("api.Config", field, v, zero)
 }
 
 // withDefaults returns a valid c with every zero field set to its default.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -39,14 +40,7 @@ func primaries(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client,
 	case *redis.Client:
 		return []*redis.Client{c}, nil
 	case *redis.ClusterClient:
-		var mu sync.Mutex
-		var out []*redis.Client
-		err := c.ForEachMaster(ctx, func(_ context.Context, n *redis.Client) error {
-			mu.Lock()
-			defer mu.Unlock()
-			out = append(out, n)
-			return nil
-		})
+		out, err := nodes(ctx, c.ForEachMaster)
 		sort.Slice(out, func(i, j int) bool { return out[i].Options().Addr < out[j].Options().Addr })
 		return out, err
 	default:
@@ -61,9 +55,15 @@ func replicas(ctx context.Context, rdb redis.UniversalClient) ([]*redis.Client, 
 	if !ok {
 		return nil, nil
 	}
+	return nodes(ctx, c.ForEachSlave)
+}
+
+// nodes collects the clients forEach (a cluster's ForEachMaster or
+// ForEachSlave) visits, which it does concurrently.
+func nodes(ctx context.Context, forEach func(context.Context, func(context.Context, *redis.Client) error) error) ([]*redis.Client, error) {
 	var mu sync.Mutex
 	var out []*redis.Client
-	err := c.ForEachSlave(ctx, func(_ context.Context, n *redis.Client) error {
+	err := forEach(ctx, func(_ context.Context, n *redis.Client) error {
 		mu.Lock()
 		defer mu.Unlock()
 		out = append(out, n)
@@ -309,7 +309,9 @@ func (r *runner) bytesPerEntry(ctx context.Context, users []int64) (float64, err
 	return perEntry(bytes, entries), nil
 }
 
-func isNil(err error) bool { return err == redis.Nil }
+// isNil reports whether a command found nothing (redis.Nil), also when
+// wrapped.
+func isNil(err error) bool { return errors.Is(err, redis.Nil) }
 
 // statCPU is utime + stime of a /proc/PID/stat line, in seconds.
 func statCPU(s string) float64 {

@@ -25,12 +25,19 @@ func (r *runner) fanoutThroughput(ctx context.Context) error { return r.fanoutSt
 // many entries before it.
 func (r *runner) fanoutFullFeeds(ctx context.Context) error { return r.fanoutStage(ctx, true) }
 
-func (r *runner) fanoutStage(ctx context.Context, full bool) error {
-	followers := make([]int64, fanoutFollowers)
+// fanoutReaders returns the fan-out stage's followers and, by follower,
+// whom each follows (what their feeds are seeded with).
+func (r *runner) fanoutReaders(ctx context.Context) (followers []int64, readers map[int64][]int64, err error) {
+	followers = make([]int64, fanoutFollowers)
 	for i := range followers {
 		followers[i] = int64(FollowerBase + i)
 	}
-	readers, err := r.db.FolloweesOf(ctx, followers)
+	readers, err = r.db.FolloweesOf(ctx, followers)
+	return followers, readers, err
+}
+
+func (r *runner) fanoutStage(ctx context.Context, full bool) error {
+	_, readers, err := r.fanoutReaders(ctx)
 	if err != nil {
 		return err
 	}

@@ -99,11 +99,7 @@ func (r *runner) liveStreams(ctx context.Context) error {
 		fmt.Fprintln(r.progress, "  no baseline: the workers cannot run without the live path here "+
 			"(needs Roles.WorkersWithoutLive, in process); the connected runs are compared with the idle ones")
 	}
-	followers := make([]int64, fanoutFollowers)
-	for i := range followers {
-		followers[i] = int64(FollowerBase + i)
-	}
-	readers, err := r.db.FolloweesOf(ctx, followers)
+	followers, readers, err := r.fanoutReaders(ctx)
 	if err != nil {
 		return err
 	}

@@ -136,7 +136,7 @@ func (c *Config) validate() error {
 }
 
 func nonNegative[T defaults.Number](field string, v, def T) error {
-	return defaults.NotNegative("fanout", field, v, defaults.The(def))
+	return defaults.NotNegative("fanout.Config", field, v, defaults.The(def))
 }
 
 // nonNegativeBackoff checks a field of Backoff, which takes its default

@@ -114,7 +114,7 @@ func (c *Config) validate() error {
 }
 
 func notNegative[T defaults.Number](field string, v T, zero string) error {
-	return defaults.NotNegative("feed", field, v, zero)
+	return defaults.NotNegative("feed.Config", field, v, zero)
 }
 
 // withDefaults returns a valid c with every zero field set to its default.

@@ -72,6 +72,11 @@ func Key(prefix string, userID int64) string {
 	return KeyPrefix(prefix) + "{" + strconv.FormatInt(userID, 10) + "}"
 }
 
+// tagged is the key name of id, tagged with it: prefix + name + ":{id}".
+func (k keys) tagged(name string, id int64) string {
+	return k.prefix + name + ":{" + strconv.FormatInt(id, 10) + "}"
+}
+
 // StorageKeys are every Redis key that holds userID's home feed under
 // prefix (not the reader's following hash), in the order of encoding.go —
 // meta, head, tail: what MEMORY USAGE must sum to tell what a feed costs.
@@ -86,14 +91,10 @@ func KeyPrefix(prefix string) string { return prefix + "feed:" }
 func (k keys) feed(userID int64) string { return Key(k.prefix, userID) }
 
 // feedHead holds the newest entries of userID's feed (see encoding.go).
-func (k keys) feedHead(userID int64) string {
-	return k.prefix + "feedhead:{" + strconv.FormatInt(userID, 10) + "}"
-}
+func (k keys) feedHead(userID int64) string { return k.tagged("feedhead", userID) }
 
 // feedTail holds the older entries of userID's feed (see encoding.go).
-func (k keys) feedTail(userID int64) string {
-	return k.prefix + "feedtail:{" + strconv.FormatInt(userID, 10) + "}"
-}
+func (k keys) feedTail(userID int64) string { return k.tagged("feedtail", userID) }
 
 // setKeys are the three keys of a set (see encoding.go).
 type setKeys struct{ meta, head, tail string }
@@ -109,33 +110,19 @@ func (k keys) timelineSet(authorID int64) setKeys {
 	return setKeys{k.timeline(authorID), k.timelineHead(authorID), k.timelineTail(authorID)}
 }
 
-func (k keys) following(userID int64) string {
-	return k.prefix + "following:{" + strconv.FormatInt(userID, 10) + "}"
-}
+func (k keys) following(userID int64) string { return k.tagged("following", userID) }
 
-func (k keys) rebuildLock(userID int64) string {
-	return k.prefix + "feedlock:{" + strconv.FormatInt(userID, 10) + "}"
-}
+func (k keys) rebuildLock(userID int64) string { return k.tagged("feedlock", userID) }
 
-func (k keys) timeline(authorID int64) string {
-	return k.prefix + "timeline:{" + strconv.FormatInt(authorID, 10) + "}"
-}
+func (k keys) timeline(authorID int64) string { return k.tagged("timeline", authorID) }
 
-func (k keys) timelineHead(authorID int64) string {
-	return k.prefix + "timelinehead:{" + strconv.FormatInt(authorID, 10) + "}"
-}
+func (k keys) timelineHead(authorID int64) string { return k.tagged("timelinehead", authorID) }
 
-func (k keys) timelineTail(authorID int64) string {
-	return k.prefix + "timelinetail:{" + strconv.FormatInt(authorID, 10) + "}"
-}
+func (k keys) timelineTail(authorID int64) string { return k.tagged("timelinetail", authorID) }
 
-func (k keys) timelineLock(authorID int64) string {
-	return k.prefix + "timelinelock:{" + strconv.FormatInt(authorID, 10) + "}"
-}
+func (k keys) timelineLock(authorID int64) string { return k.tagged("timelinelock", authorID) }
 
-func (k keys) celebrities(userID int64) string {
-	return k.prefix + "celebs:{" + strconv.FormatInt(userID, 10) + "}"
-}
+func (k keys) celebrities(userID int64) string { return k.tagged("celebs", userID) }
 
 // pulled is the set of authors whose posts were ever pulled at read time
 // instead of pushed (celebrities, now or before), with the member "0" when

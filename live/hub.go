@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/defaults"
 	"github.com/newsfeed/newsfeed/internal/health"
 )
 
@@ -41,7 +42,8 @@ type Follows interface {
 	Following(ctx context.Context, readers []int64, author int64) ([]int, error)
 }
 
-// HubConfig configures a Hub. A zero field takes its default.
+// HubConfig configures a Hub. A zero field takes its default; a negative
+// one makes NewHub return an error naming the field.
 type HubConfig struct {
 	// Prefix is redis.prefix.
 	Prefix string
@@ -69,26 +71,23 @@ type HubConfig struct {
 	Registerer prometheus.Registerer
 }
 
+// validate refuses the values out of range, naming each field, and fills
+// the zero ones with their defaults.
 func (c *HubConfig) validate() error {
-	switch {
-	case c.MaxPerUser < 0:
-		return fmt.Errorf("stream.max_per_user must not be negative, got %d", c.MaxPerUser)
-	case c.MaxConnections < 0:
-		return fmt.Errorf("stream.max_connections must not be negative, got %d", c.MaxConnections)
-	case c.Buffer < 0:
-		return fmt.Errorf("live buffer must not be negative, got %d", c.Buffer)
-	case c.Posts == nil || c.Follows == nil:
-		return errors.New("live hub needs the feeds")
+	const config = "live.HubConfig"
+	if err := errors.Join(
+		defaults.NotNegative(config, "MaxPerUser", c.MaxPerUser, defaults.The(DefaultMaxPerUser)),
+		defaults.NotNegative(config, "MaxConnections", c.MaxConnections, defaults.The(DefaultMaxConnections)),
+		defaults.NotNegative(config, "Buffer", c.Buffer, defaults.The(DefaultBuffer)),
+	); err != nil {
+		return err
 	}
-	if c.MaxPerUser == 0 {
-		c.MaxPerUser = DefaultMaxPerUser
+	if c.Posts == nil || c.Follows == nil {
+		return errors.New("live: HubConfig.Posts and HubConfig.Follows are required")
 	}
-	if c.MaxConnections == 0 {
-		c.MaxConnections = DefaultMaxConnections
-	}
-	if c.Buffer == 0 {
-		c.Buffer = DefaultBuffer
-	}
+	defaults.Fill(&c.MaxPerUser, DefaultMaxPerUser)
+	defaults.Fill(&c.MaxConnections, DefaultMaxConnections)
+	defaults.Fill(&c.Buffer, DefaultBuffer)
 	if c.Logger == nil {
 		c.Logger = zap.NewNop()
 	}
@@ -150,16 +149,17 @@ func NewHub(rdb redis.UniversalClient, cfg HubConfig) (*Hub, error) {
 
 // Run registers the hub, listens on its inbox and renews its presence until
 // ctx ends; then it ends every stream and forgets the hub in Redis. It
-// returns nil when ctx ends.
+// returns nil when ctx ends, once the goroutine it started has ended.
 func (h *Hub) Run(ctx context.Context) error {
 	h.mu.Lock()
 	h.down = false
 	h.mu.Unlock()
-	go listen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, h.cfg.Outages, func(bool) {
+	wait := goListen(ctx, h.rdb, h.keys.inbox(h.instance), h.log, h.cfg.Outages, func(bool) {
 		// What came before (streams opened before the first subscription
 		// too) is lost: every stream reads its feed.
 		h.everyone(domain.LiveEvent{Kind: domain.LiveCatchUp})
 	}, func(payload string) { h.handle(ctx, payload) })
+	defer wait()
 	h.renew(ctx)
 	t := time.NewTicker(leaseRenew)
 	defer t.Stop()

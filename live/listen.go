@@ -12,6 +12,19 @@ import (
 	"github.com/newsfeed/newsfeed/internal/health"
 )
 
+// goListen runs listen in a goroutine of its own, and returns a function
+// that waits until that goroutine has ended (it ends once ctx has): Run
+// calls it before returning, so that nothing it started outlives it.
+func goListen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger, outages health.Explainer,
+	subscribed func(again bool), message func(payload string)) (wait func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		listen(ctx, rdb, channel, log, outages, subscribed, message)
+	}()
+	return func() { <-done }
+}
+
 // listen keeps a subscription to one shard channel until ctx ends: it calls
 // subscribed each time the subscription (re)starts — after the first time,
 // messages may have been lost in between, since Pub/Sub keeps nothing — and
@@ -20,13 +33,18 @@ import (
 // growing wait while Redis does not answer. An interruption that lasts is
 // logged, and its end, at warn and info, or at debug while an outage that
 // outages (which may be nil) has logged explains it: an outage of Redis is
-// the watch's two lines, not two more per channel.
+// the watch's two lines, not two more per channel. It returns once ctx has
+// ended.
 func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log *zap.Logger, outages health.Explainer,
 	subscribed func(again bool), message func(payload string)) {
 	wait := backoff.Doubling{Max: 2e9}
 	again, failures, warned := false, 0, false
 	for ctx.Err() == nil {
 		ps := rdb.SSubscribe(ctx, channel)
+		// A Pub/Sub read ends with its connection, not with its context:
+		// close the subscription when ctx ends, or receive waits for the
+		// next message (or for the client to close) however long that is.
+		unhook := context.AfterFunc(ctx, func() { _ = ps.Close() })
 		err := receive(ctx, ps, func() {
 			wait.Reset()
 			if failures >= warnAfter {
@@ -40,6 +58,7 @@ func listen(ctx context.Context, rdb redis.UniversalClient, channel string, log 
 			subscribed(again)
 			again = true
 		}, message)
+		unhook()
 		_ = ps.Close()
 		if ctx.Err() != nil {
 			return

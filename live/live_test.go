@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 	"go.uber.org/zap/zaptest/observer"
@@ -17,6 +18,12 @@ import (
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/live"
 )
+
+// The hub and the publisher each run loops and stream readers in
+// goroutines; none may outlive the tests.
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
 
 // posts hydrates any id as a post by author 9.
 type posts struct{}
@@ -38,6 +45,22 @@ func (follows) Following(_ context.Context, readers []int64, _ int64) ([]int, er
 		out[i] = 1
 	}
 	return out, nil
+}
+
+func TestNewHubChecksItsConfig(t *testing.T) {
+	t.Parallel()
+	for field, cfg := range map[string]live.HubConfig{
+		"HubConfig.MaxPerUser":     {MaxPerUser: -1},
+		"HubConfig.MaxConnections": {MaxConnections: -1},
+		"HubConfig.Buffer":         {Buffer: -1},
+	} {
+		cfg.Posts, cfg.Follows = posts{}, follows{}
+		hub, err := live.NewHub(nil, cfg)
+		require.ErrorContains(t, err, "live: "+field+" is -1, out of range", field)
+		require.Nil(t, hub)
+	}
+	_, err := live.NewHub(nil, live.HubConfig{})
+	require.ErrorContains(t, err, "required")
 }
 
 type env struct {
@@ -266,4 +289,26 @@ func TestLiveChannelOutageLoggedOnce(t *testing.T) {
 				"nothing else warns")
 		})
 	}
+}
+
+// Run returns only once every goroutine it started has ended, even while
+// the Redis client stays open (a Pub/Sub read does not end with its
+// context; the client is closed later, if at all). Not parallel: the
+// goroutines it compares are its own.
+func TestRunLeavesNoGoroutineBehind(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	rdb, prefix, _ := testenv.NewUniversalRedis(t)
+	pub := live.NewPublisher(rdb, live.PublisherConfig{Prefix: prefix})
+	hub, err := live.NewHub(rdb, live.HubConfig{Prefix: prefix, Posts: posts{}, Follows: follows{}})
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { _ = pub.Run(ctx); done <- struct{}{} }()
+	go func() { _ = hub.Run(ctx); done <- struct{}{} }()
+	e := &env{pub: pub, hub: hub}
+	e.warmUp(t) // both subscriptions are up
+	stop()
+	<-done
+	<-done
+	goleak.VerifyNone(t, before)
 }

@@ -72,9 +72,11 @@ func NewPublisher(rdb redis.UniversalClient, cfg PublisherConfig) *Publisher {
 // Run keeps the presence up to date until ctx ends: the changes hubs
 // announce as they happen, and the whole of it every few seconds (and after
 // each interruption of the announcements), which also forgets hubs that
-// died. It returns nil when ctx ends.
+// died. It returns nil when ctx ends, once the goroutine it started has
+// ended.
 func (p *Publisher) Run(ctx context.Context) error {
-	go listen(ctx, p.rdb, p.keys.presence(), p.log, p.outages, func(bool) { p.reload(ctx) }, p.apply)
+	wait := goListen(ctx, p.rdb, p.keys.presence(), p.log, p.outages, func(bool) { p.reload(ctx) }, p.apply)
+	defer wait()
 	t := time.NewTicker(reloadEvery)
 	defer t.Stop()
 	for {

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/internal/defaults"
 	"github.com/newsfeed/newsfeed/internal/health"
 )
 
@@ -55,22 +56,24 @@ type CleanerConfig struct {
 	Outages Outages
 }
 
-// validate refuses negative values, naming the field.
+// validate refuses the values out of range, naming each field. Zero is in
+// range: it means the default.
 func (c *CleanerConfig) validate() error {
+	const config = "outbox.CleanerConfig"
 	return errors.Join(
-		notNegative("CleanerConfig.Retention", c.Retention),
-		notNegative("CleanerConfig.Interval", c.Interval),
-		notNegative("CleanerConfig.Timeout", c.Timeout),
-		notNegative("CleanerConfig.BatchSize", c.BatchSize),
+		defaults.NotNegative(config, "Retention", c.Retention, defaults.The(DefaultRetention)),
+		defaults.NotNegative(config, "Interval", c.Interval, defaults.The(DefaultCleanerInterval)),
+		defaults.NotNegative(config, "Timeout", c.Timeout, defaults.The(DefaultCleanerTimeout)),
+		defaults.NotNegative(config, "BatchSize", c.BatchSize, defaults.The(DefaultCleanerBatchSize)),
 	)
 }
 
-// withDefaults returns c with every zero field set to its default.
+// withDefaults returns a valid c with every zero field set to its default.
 func (c CleanerConfig) withDefaults() CleanerConfig {
-	c.Retention = orDefault(c.Retention, DefaultRetention)
-	c.Interval = orDefault(c.Interval, DefaultCleanerInterval)
-	c.Timeout = orDefault(c.Timeout, DefaultCleanerTimeout)
-	c.BatchSize = orDefault(c.BatchSize, DefaultCleanerBatchSize)
+	defaults.Fill(&c.Retention, DefaultRetention)
+	defaults.Fill(&c.Interval, DefaultCleanerInterval)
+	defaults.Fill(&c.Timeout, DefaultCleanerTimeout)
+	defaults.Fill(&c.BatchSize, DefaultCleanerBatchSize)
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}

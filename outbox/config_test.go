@@ -26,8 +26,8 @@ func TestConfigRefusesNegativeValues(t *testing.T) {
 			"Config.PassTimeout":    {PassTimeout: -time.Second},
 		} {
 			d, err := outbox.NewDispatcher(nil, nil, cfg)
-			require.ErrorContains(t, err, field)
-			require.ErrorContains(t, err, "must not be negative")
+			require.ErrorContains(t, err, "outbox: "+field+" is -")
+			require.ErrorContains(t, err, "out of range")
 			require.Nil(t, d)
 		}
 	})
@@ -41,8 +41,8 @@ func TestConfigRefusesNegativeValues(t *testing.T) {
 			"CleanerConfig.BatchSize": {BatchSize: -1000},
 		} {
 			c, err := outbox.NewCleaner(nil, cfg)
-			require.ErrorContains(t, err, field)
-			require.ErrorContains(t, err, "must not be negative")
+			require.ErrorContains(t, err, "outbox: "+field+" is -")
+			require.ErrorContains(t, err, "out of range")
 			require.Nil(t, c)
 		}
 	})

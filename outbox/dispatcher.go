@@ -19,6 +19,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/backoff"
+	"github.com/newsfeed/newsfeed/internal/defaults"
 	"github.com/newsfeed/newsfeed/internal/health"
 )
 
@@ -115,30 +116,35 @@ type Outages interface {
 	Explained(ctx context.Context, err error) bool
 }
 
-// validate refuses negative values, naming the field.
+// validate refuses the values out of range, naming each field. Zero is in
+// range: it means the default.
 func (c *Config) validate() error {
 	return errors.Join(
-		notNegative("Config.BatchSize", c.BatchSize),
-		notNegative("Config.PollInterval", c.PollInterval),
-		notNegative("Config.Lease", c.Lease),
-		notNegative("Config.RedeliverAfter", c.RedeliverAfter),
-		notNegative("Config.MaxAttempts", c.MaxAttempts),
-		notNegative("Config.Backoff.Base", c.Backoff.Base),
-		notNegative("Config.Backoff.Max", c.Backoff.Max),
-		notNegative("Config.PassTimeout", c.PassTimeout),
+		notNegative("BatchSize", c.BatchSize, defaults.The(DefaultBatchSize)),
+		notNegative("PollInterval", c.PollInterval, defaults.The(DefaultPollInterval)),
+		notNegative("Lease", c.Lease, defaults.The(DefaultLease)),
+		notNegative("RedeliverAfter", c.RedeliverAfter, defaults.The(DefaultRedeliverAfter)),
+		notNegative("MaxAttempts", c.MaxAttempts, defaults.The(DefaultMaxAttempts)),
+		notNegative("Backoff.Base", c.Backoff.Base, defaults.The(backoff.DefaultSchedule.Base)),
+		notNegative("Backoff.Max", c.Backoff.Max, defaults.The(backoff.DefaultSchedule.Max)),
+		notNegative("PassTimeout", c.PassTimeout, defaults.The(DefaultPassTimeout)+" (or Lease, if longer)"),
 	)
 }
 
-// withDefaults returns c with every zero field set to its default.
+func notNegative[T defaults.Number](field string, v T, zero string) error {
+	return defaults.NotNegative("outbox.Config", field, v, zero)
+}
+
+// withDefaults returns a valid c with every zero field set to its default.
 func (c Config) withDefaults() Config {
-	c.BatchSize = orDefault(c.BatchSize, DefaultBatchSize)
-	c.PollInterval = orDefault(c.PollInterval, DefaultPollInterval)
-	c.Lease = orDefault(c.Lease, DefaultLease)
-	c.RedeliverAfter = orDefault(c.RedeliverAfter, DefaultRedeliverAfter)
-	c.MaxAttempts = orDefault(c.MaxAttempts, DefaultMaxAttempts)
-	c.Backoff.Base = orDefault(c.Backoff.Base, backoff.DefaultSchedule.Base)
-	c.Backoff.Max = orDefault(c.Backoff.Max, backoff.DefaultSchedule.Max)
-	c.PassTimeout = orDefault(c.PassTimeout, max(DefaultPassTimeout, c.Lease))
+	defaults.Fill(&c.BatchSize, DefaultBatchSize)
+	defaults.Fill(&c.PollInterval, DefaultPollInterval)
+	defaults.Fill(&c.Lease, DefaultLease)
+	defaults.Fill(&c.RedeliverAfter, DefaultRedeliverAfter)
+	defaults.Fill(&c.MaxAttempts, DefaultMaxAttempts)
+	defaults.Fill(&c.Backoff.Base, backoff.DefaultSchedule.Base)
+	defaults.Fill(&c.Backoff.Max, backoff.DefaultSchedule.Max)
+	defaults.Fill(&c.PassTimeout, max(DefaultPassTimeout, c.Lease)) // after Lease
 	if c.Metrics == nil {
 		c.Metrics = NewMetrics(nil)
 	}
@@ -149,22 +155,6 @@ func (c Config) withDefaults() Config {
 		c.TracerProvider = noop.NewTracerProvider()
 	}
 	return c
-}
-
-// notNegative is the error of a negative field of a configuration, or nil.
-func notNegative[T int | time.Duration](field string, v T) error {
-	if v < 0 {
-		return fmt.Errorf("outbox: %s must not be negative (0 takes the default), got %v", field, v)
-	}
-	return nil
-}
-
-// orDefault is v, or def when v is zero.
-func orDefault[T int | time.Duration](v, def T) T {
-	if v == 0 {
-		return def
-	}
-	return v
 }
 
 // Dispatcher moves due outbox rows into the queue. Several may run at once.

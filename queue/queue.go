@@ -114,15 +114,9 @@ func New(rdb redis.UniversalClient, stream, group string) *Queue {
 // NewPartitioned returns a queue configured by cfg. It returns an error when
 // a value of cfg is out of range.
 func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
-	if cfg.Partitions == 0 {
-		cfg.Partitions = DefaultPartitions
-	}
-	if cfg.Refresh == 0 {
-		cfg.Refresh = DefaultRefresh
-	}
-	if cfg.WaitTimeout == 0 {
-		cfg.WaitTimeout = DefaultWaitTimeout
-	}
+	defaults.Fill(&cfg.Partitions, DefaultPartitions)
+	defaults.Fill(&cfg.Refresh, DefaultRefresh)
+	defaults.Fill(&cfg.WaitTimeout, DefaultWaitTimeout)
 	switch {
 	case cfg.Partitions < 1 || cfg.Partitions > MaxPartitions:
 		return nil, fmt.Errorf("queue: Config.Partitions is %d, out of range: it must be 1 to %d", cfg.Partitions, MaxPartitions)
@@ -130,9 +124,9 @@ func NewPartitioned(rdb redis.UniversalClient, cfg Config) (*Queue, error) {
 		return nil, fmt.Errorf("queue: Config.Stream %q holds a hash tag: every partition would be in its slot", cfg.Stream)
 	}
 	if err := errors.Join(
-		defaults.NotNegative("queue", "Refresh", cfg.Refresh, defaults.The(DefaultRefresh)),
-		defaults.NotNegative("queue", "WaitReplicas", cfg.WaitReplicas, "no wait"),
-		defaults.NotNegative("queue", "WaitTimeout", cfg.WaitTimeout, defaults.The(DefaultWaitTimeout)),
+		defaults.NotNegative("queue.Config", "Refresh", cfg.Refresh, defaults.The(DefaultRefresh)),
+		defaults.NotNegative("queue.Config", "WaitReplicas", cfg.WaitReplicas, "no wait"),
+		defaults.NotNegative("queue.Config", "WaitTimeout", cfg.WaitTimeout, defaults.The(DefaultWaitTimeout)),
 	); err != nil {
 		return nil, err
 	}

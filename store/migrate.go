@@ -501,40 +501,16 @@ func splitSQL(src string) ([]string, error) {
 			cur := b.String()
 			escapes := !space && len(cur) > 0 && (cur[len(cur)-1] == 'E' || cur[len(cur)-1] == 'e') &&
 				(len(cur) == 1 || !isIdent(cur[len(cur)-2]))
-			j := i + 1
-			for {
-				if j >= len(src) {
-					return nil, fmt.Errorf("schema: unterminated quoted string")
-				}
-				if escapes && src[j] == '\\' {
-					j += 2
-					continue
-				}
-				if src[j] == '\'' {
-					if j+1 < len(src) && src[j+1] == '\'' {
-						j += 2
-						continue
-					}
-					break
-				}
-				j++
+			j := closingQuote(src, i, escapes)
+			if j < 0 {
+				return nil, fmt.Errorf("schema: unterminated quoted string")
 			}
 			write(src[i : j+1])
 			i = j + 1
 		case c == '"':
-			j := i + 1
-			for {
-				if j >= len(src) {
-					return nil, fmt.Errorf("schema: unterminated quoted identifier")
-				}
-				if src[j] == '"' {
-					if j+1 < len(src) && src[j+1] == '"' {
-						j += 2
-						continue
-					}
-					break
-				}
-				j++
+			j := closingQuote(src, i, false)
+			if j < 0 {
+				return nil, fmt.Errorf("schema: unterminated quoted identifier")
 			}
 			write(src[i : j+1])
 			i = j + 1
@@ -566,4 +542,23 @@ func splitSQL(src string) ([]string, error) {
 		out = append(out, b.String())
 	}
 	return out, nil
+}
+
+// closingQuote returns the index of the quote that closes the string or
+// identifier whose opening quote is src[i] (' or "): a doubled quote stands
+// for itself and, with escapes (E'…'), a backslash takes the next byte
+// along. It returns -1 when nothing closes it.
+func closingQuote(src string, i int, escapes bool) int {
+	q := src[i]
+	for j := i + 1; j < len(src); j++ {
+		switch {
+		case escapes && src[j] == '\\':
+			j++
+		case src[j] == q && j+1 < len(src) && src[j+1] == q:
+			j++
+		case src[j] == q:
+			return j
+		}
+	}
+	return -1
 }

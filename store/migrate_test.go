@@ -3,6 +3,7 @@ package store_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -491,7 +492,7 @@ func migIndexState(t *testing.T, pool *pgxpool.Pool, name string) string {
 	var valid *bool
 	err := pool.QueryRow(t.Context(), "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", name).Scan(&valid)
 	switch {
-	case err == pgx.ErrNoRows:
+	case errors.Is(err, pgx.ErrNoRows):
 		return migIndexMissing
 	case err != nil:
 		require.NoError(t, err)

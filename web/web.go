@@ -16,16 +16,18 @@ import (
 	"encoding/hex"
 	"html/template"
 	"io/fs"
-	"mime"
 	"net/http"
 	"path"
 	"slices"
 	"strings"
-	"time"
+
+	"github.com/newsfeed/newsfeed/internal/static"
 )
 
+// files are the page, a template, and the files it loads.
+//
 //go:embed static
-var static embed.FS
+var files embed.FS
 
 // AssetsPrefix is where the page's files are served: /assets/app.js.
 const AssetsPrefix = "/assets/"
@@ -33,7 +35,7 @@ const AssetsPrefix = "/assets/"
 // indexFile is the page, a template; every other file is served as it is.
 const indexFile = "index.html"
 
-var indexTemplate = template.Must(template.ParseFS(static, "static/"+indexFile))
+var indexTemplate = template.Must(template.ParseFS(files, "static/"+indexFile))
 
 // Config says what the page is rendered with.
 type Config struct {
@@ -62,16 +64,16 @@ func New(cfg Config) *App {
 	if err := indexTemplate.Execute(&page, cfg); err != nil {
 		panic("web: render " + indexFile + ": " + err.Error()) // a bug in the embedded template, caught by any test
 	}
-	a.add("/", page.Bytes(), "text/html; charset=utf-8")
-	err := fs.WalkDir(static, "static", func(name string, d fs.DirEntry, err error) error {
+	a.add("/", page.Bytes(), static.ContentType(indexFile))
+	err := fs.WalkDir(files, "static", func(name string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() || path.Base(name) == indexFile {
 			return err
 		}
-		body, err := static.ReadFile(name)
+		body, err := files.ReadFile(name)
 		if err != nil {
 			return err
 		}
-		a.add(AssetsPrefix+strings.TrimPrefix(name, "static/"), body, contentType(name))
+		a.add(AssetsPrefix+strings.TrimPrefix(name, "static/"), body, static.ContentType(name))
 		return nil
 	})
 	if err != nil {
@@ -85,26 +87,6 @@ func (a *App) add(urlPath string, body []byte, contentType string) {
 	sum := sha256.Sum256(body)
 	a.files[urlPath] = file{body: body, contentType: contentType, etag: `"` + hex.EncodeToString(sum[:8]) + `"`}
 	a.paths = append(a.paths, urlPath)
-}
-
-// contentType is the type of an embedded file by its extension; the few
-// the app has are known to every system's table, but say them anyway so
-// that a machine's /etc/mime.types cannot change them.
-func contentType(name string) string {
-	switch path.Ext(name) {
-	case ".js":
-		return "text/javascript; charset=utf-8"
-	case ".css":
-		return "text/css; charset=utf-8"
-	case ".svg":
-		return "image/svg+xml"
-	case ".png":
-		return "image/png"
-	}
-	if t := mime.TypeByExtension(path.Ext(name)); t != "" {
-		return t
-	}
-	return "application/octet-stream"
 }
 
 // Paths lists every path App serves, "/" first: the API routes exactly
@@ -127,15 +109,9 @@ func (a *App) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	h := w.Header()
-	h.Set("Content-Type", f.contentType)
-	h.Set("ETag", f.etag)
-	// Revalidate on every load: a new binary serves new files under the
-	// same names, and a 304 costs a round trip and no body.
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Content-Security-Policy", contentSecurityPolicy)
-	h.Set("X-Content-Type-Options", "nosniff")
-	h.Set("Referrer-Policy", "no-referrer")
-	h.Set("X-Frame-Options", "DENY")
-	http.ServeContent(w, r, "", time.Time{}, bytes.NewReader(f.body))
+	// A browser revalidates on every load (no-cache): a new binary serves
+	// new files under the same names, and a 304 costs a round trip and no
+	// body.
+	w.Header().Set("ETag", f.etag)
+	static.Serve(w, r, f.body, f.contentType, contentSecurityPolicy)
 }

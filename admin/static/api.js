@@ -2,6 +2,12 @@
 // goes in the Authorization header of every request (no cookie), and every
 // refusal becomes a ConsoleError carrying the message of the error body,
 // {"error": {"code", "message"}}, which the page shows as it is.
+//
+// Reading an error body (refusal) is done alike in web/static/api.js, on
+// purpose: each page loads only its own modules, from its own path under
+// its own Content-Security-Policy, with no build step, and the dozen lines
+// in common are all the two clients share (their paths, tokens, errors and
+// messages differ). A fix to one is worth making in the other.
 
 export class ConsoleError extends Error {
   constructor(status, code, message) {

@@ -7,7 +7,8 @@
 //	domain ← outbox, fanout, api (services; they import no adapter)
 //	domain ← admin (the operator console; it reads the store and the queue
 //	through interfaces of its own, as the services do)
-//	web (the web app's files, importing nothing; app gives them to api)
+//	web (the web app's files; app gives them to api)
+//	internal/static ← admin, web (how both pages' embedded files are sent)
 //	everything ← app, bench ← main
 package architecture
 
@@ -37,16 +38,17 @@ var allowed = map[string][]string{
 	"internal/logctx":       {},
 	"internal/routing":      {}, // the API's one rule over echo's router, shared with openapitest
 	"ratelimit":             {},
-	"live":                  {"domain", "internal/backoff", "internal/health"}, // live streams' presence and messages, over Redis
+	"live":                  {"domain", "internal/backoff", "internal/defaults", "internal/health"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
 	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},
 	"queue":                 {"domain", "internal/defaults", "internal/replicas"},
-	"outbox":                {"domain", "internal/backoff", "internal/health", "internal/traceparent"},
+	"outbox":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
 	"api":                   {"domain", "docs", "internal/defaults", "internal/health", "internal/logctx", "internal/routing"},
-	"admin":                 {"domain"}, // the operator console; app hands it the store and the queue
-	"web":                   {},         // the web app's files; app hands them to api
+	"admin":                 {"domain", "internal/defaults", "internal/static"}, // the operator console; app hands it the store and the queue
+	"web":                   {"internal/static"},                                // the web app's files; app hands them to api
+	"internal/static":       {},                                                 // sending the embedded files of web and admin
 	"internal/testenv":      {"store"},
 	"internal/browser":      {}, // headless Chromium for tests
 	"bench":                 {"domain", "api", "feed", "store", "queue", "outbox", "fanout", "ratelimit", "internal/backoff", "internal/probe"},

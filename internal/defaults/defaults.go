@@ -4,7 +4,10 @@
 // that names the field.
 package defaults
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+)
 
 // Number is the type of a field that has a default (time.Duration
 // among them).
@@ -12,14 +15,16 @@ type Number interface {
 	~int | ~int64
 }
 
-// NotNegative returns nil for v ≥ 0, and otherwise the error of pkg's
-// Config.field: zero says what 0 would have meant (The(default), or
-// "none").
-func NotNegative[T Number](pkg, field string, v T, zero string) error {
+// NotNegative returns nil for v ≥ 0, and otherwise the error of the field
+// of config, the configuration's type with its package ("feed.Config",
+// "outbox.CleanerConfig"): zero says what 0 would have meant (The(default),
+// or "none").
+func NotNegative[T Number](config, field string, v T, zero string) error {
 	if v >= 0 {
 		return nil
 	}
-	return fmt.Errorf("%s: Config.%s is %v, out of range: it must be positive, or 0 for %s", pkg, field, v, zero)
+	pkg, typ, _ := strings.Cut(config, ".")
+	return fmt.Errorf("%s: %s.%s is %v, out of range: it must be positive, or 0 for %s", pkg, typ, field, v, zero)
 }
 
 // The says what 0 means for a field that defaults to v.
