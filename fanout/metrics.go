@@ -15,7 +15,7 @@ type Metrics struct {
 func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		entries: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "newsfeed_fanout_entries_total", Help: "Feed entries written by fan-out (repeats of an entry not counted).",
+			Name: "newsfeed_fanout_entries_total", Help: "Feed entries written by fan-out (a redelivery's repeats of an entry not counted).",
 		}),
 		delivery: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "newsfeed_delivery_seconds",
