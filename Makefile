@@ -125,13 +125,17 @@ services: ## start (or install) PostgreSQL and Redis (and, for make test, a C co
 
 # A Redis Cluster on 127.0.0.1:7000-7005 and a PostgreSQL replica on 5433
 # (scripts/cluster.sh; `scripts/cluster.sh env` prints the URLs to use).
+# cluster-up needs PostgreSQL running (the replica is made from it) and
+# redis-server installed: `services` sees to both, on a fresh checkout too.
+# cluster-down also takes out the pg_hba.conf line and the lock files that
+# cluster-up (and the cluster tests) left.
 .PHONY: cluster-up cluster-down
 CLUSTER_TEST_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REDIS_CLUSTER_URL='\(.*\)'$$/\1/p")
 CLUSTER_REPLICA_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REPLICA_URL='\(.*\)'$$/\1/p")
-cluster-up: ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
+cluster-up: services ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
 	@scripts/cluster.sh up $(if $(APPLY_DELAY),--apply-delay $(APPLY_DELAY))
 
-cluster-down: ## stop the local Redis Cluster and PostgreSQL replica, remove their data
+cluster-down: ## stop the local Redis Cluster and PostgreSQL replica, remove their data, the pg_hba.conf line and the lock files
 	@scripts/cluster.sh down
 
 $(GOLANGCI_LINT):
