@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -782,15 +783,22 @@ const (
 	maxPosts          = 60
 )
 
-// slotOwners returns the address of each slot's primary (CLUSTER SLOTS).
+// slotOwners returns the address of each slot's primary (CLUSTER SHARDS).
 func (c *cluster) slotOwners(ctx context.Context, rdb *redis.ClusterClient) map[int]string {
 	c.t.Helper()
-	ranges, err := rdb.ClusterSlots(ctx).Result()
+	shards, err := rdb.ClusterShards(ctx).Result()
 	require.NoError(c.t, err)
 	owners := make(map[int]string, 16384)
-	for _, r := range ranges {
-		for slot := r.Start; slot <= r.End; slot++ {
-			owners[slot] = r.Nodes[0].Addr
+	for _, sh := range shards {
+		i := slices.IndexFunc(sh.Nodes, func(n redis.Node) bool { return n.Role == "master" })
+		if i < 0 || len(sh.Slots) == 0 {
+			continue
+		}
+		addr := net.JoinHostPort(sh.Nodes[i].IP, strconv.FormatInt(sh.Nodes[i].Port, 10))
+		for _, r := range sh.Slots {
+			for slot := r.Start; slot <= r.End; slot++ {
+				owners[int(slot)] = addr
+			}
 		}
 	}
 	require.Len(c.t, owners, 16384, "every slot has an owner")

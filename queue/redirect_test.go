@@ -317,13 +317,20 @@ func (m slotMove) migrateKeys() error {
 
 // slotOwner returns the address of the primary that node says owns slot.
 func slotOwner(ctx context.Context, node *redis.Client, slot int) (string, error) {
-	ranges, err := node.ClusterSlots(ctx).Result()
+	shards, err := node.ClusterShards(ctx).Result()
 	if err != nil {
 		return "", err
 	}
-	for _, r := range ranges {
-		if r.Start <= slot && slot <= r.End {
-			return r.Nodes[0].Addr, nil
+	for _, sh := range shards {
+		for _, r := range sh.Slots {
+			if int(r.Start) > slot || slot > int(r.End) {
+				continue
+			}
+			for _, n := range sh.Nodes {
+				if n.Role == "master" {
+					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
+				}
+			}
 		}
 	}
 	return "", nil
