@@ -43,14 +43,14 @@ test: SERVICES_FLAGS = --tests --cc --browser --node --promtool
 test: export NEWSFEED_TEST_BROWSER = required
 test: export NEWSFEED_TEST_PROMTOOL = required
 test: APPLY_DELAY = 2s
-test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, API and e2e suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
+test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, live, API, e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
 	@# The cluster and the replica are shared: once more, after the minutes above,
 	@# restart what a failover test killed and make sure the replica still lags.
 	scripts/cluster.sh up --apply-delay $(APPLY_DELAY)
 	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' \
-		go test -count=1 -timeout 10m ./sticky/ ./feed/ ./queue/ ./live/ ./api/ ./e2e/
+		go test -count=1 -timeout 10m ./sticky/ ./feed/ ./queue/ ./live/ ./api/ ./e2e/ ./internal/replicas/ ./bench/
 	NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' go test -count=1 -timeout 5m -run 'Replayed|WritePosition' ./store/
 	@# Alone, since they kill and reshard nodes of the shared cluster.
 	NEWSFEED_TEST_REDIS_CLUSTER_URL='$(CLUSTER_TEST_URL)' NEWSFEED_TEST_REPLICA_URL='$(CLUSTER_REPLICA_URL)' NEWSFEED_TEST_CLUSTER_FAULTS=1 \
@@ -125,13 +125,17 @@ services: ## start (or install) PostgreSQL and Redis (and, for make test, a C co
 
 # A Redis Cluster on 127.0.0.1:7000-7005 and a PostgreSQL replica on 5433
 # (scripts/cluster.sh; `scripts/cluster.sh env` prints the URLs to use).
+# cluster-up needs PostgreSQL running (the replica is made from it) and
+# redis-server installed: `services` sees to both, on a fresh checkout too.
+# cluster-down also takes out the pg_hba.conf line and the lock files that
+# cluster-up (and the cluster tests) left.
 .PHONY: cluster-up cluster-down
 CLUSTER_TEST_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REDIS_CLUSTER_URL='\(.*\)'$$/\1/p")
 CLUSTER_REPLICA_URL = $(shell scripts/cluster.sh env | sed -n "s/^export NEWSFEED_TEST_REPLICA_URL='\(.*\)'$$/\1/p")
-cluster-up: ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
+cluster-up: services ## start the local Redis Cluster (3+3 nodes, 7000-7005) and PostgreSQL replica (5433): make cluster-up [APPLY_DELAY=2s]
 	@scripts/cluster.sh up $(if $(APPLY_DELAY),--apply-delay $(APPLY_DELAY))
 
-cluster-down: ## stop the local Redis Cluster and PostgreSQL replica, remove their data
+cluster-down: ## stop the local Redis Cluster and PostgreSQL replica, remove their data, the pg_hba.conf line and the lock files
 	@scripts/cluster.sh down
 
 $(GOLANGCI_LINT):

@@ -40,7 +40,7 @@ var testSecret = []byte("test-secret")
 type testBundle struct {
 	pool   *pgxpool.Pool
 	db     *store.DB
-	rdb    *redis.Client
+	rdb    redis.UniversalClient // the Redis Cluster in the cluster pass (NEWSFEED_TEST_REDIS_CLUSTER_URL)
 	prefix string
 	feeds  *feed.Feeds
 	srv    *httptest.Server
@@ -83,8 +83,8 @@ func setupWith(t *testing.T, opts setupOpts) (*echo.Echo, *testBundle) {
 	t.Helper()
 	pool := testenv.NewPool(t)
 	db := store.New(pool, nil)
-	rdb, prefix := testenv.NewRedis(t)
-	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, MaxLen: opts.feedMaxLen})
+	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
+	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50, MaxLen: opts.feedMaxLen, Cluster: cluster})
 	cfg := api.Config{Secret: testSecret}
 	if opts.configure != nil {
 		opts.configure(&cfg)

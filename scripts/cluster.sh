@@ -26,7 +26,9 @@
 # wal_level replica (the default) and max_wal_senders > 0 (the default 10); a
 # `host replication all 127.0.0.1/32 trust` line is put first in its pg_hba.conf
 # (and the configuration reloaded, never restarted) when replication
-# connections are refused and this runs as root.
+# connections are refused and this runs as root; `down` takes it out again
+# (the line and the comment above it that says this script added it) and
+# reloads.
 #
 # `up` is idempotent: what already runs and is healthy is left alone; a node
 # that died (a failover test's kill -9) is restarted with its nodes.conf and
@@ -34,7 +36,11 @@
 # never comes back as the owner of its slots); `up` returns once the cluster
 # says cluster_state:ok with every slot covered, 3 primaries each with a
 # connected replica, and the PostgreSQL replica streams. It prints how long
-# it took. `down` stops everything it started and removes the state directory.
+# it took. `down` stops everything it started and removes the state directory,
+# the pg_hba.conf line it added, and the lock files: its own ($dir.lock) and
+# the one the cluster tests take (testenv.HoldReplicas,
+# ${TMPDIR:-/tmp}/newsfeed-test-replicas.lock; left while a test holds it).
+# Running it twice, or on a machine where nothing is up, does nothing more.
 #
 # State (data, logs, nodes.conf, the replica's data directory) lives in
 # NEWSFEED_CLUSTER_DIR, default /tmp/newsfeed-cluster: one cluster per
@@ -56,6 +62,14 @@ node_timeout=2000
 primary_host=127.0.0.1 primary_port=5432
 replica_port=5433
 replica_name=newsfeed_replica # its cluster_name: application_name in pg_stat_replication
+# The line `up` may put first in the primary's pg_hba.conf, under a comment
+# that says so (which `down` looks for), and where it records the file's path
+# (for a `down` while the primary does not answer).
+hba_comment='# added by newsfeed scripts/cluster.sh: the local streaming replica on port 5433'
+hba_line='host replication all 127.0.0.1/32 trust'
+hba_record=$state/pg-hba-edited
+# The lock file of the tests that stop or wait for replicas (testenv.HoldReplicas).
+test_lock=${TMPDIR:-/tmp}/newsfeed-test-replicas.lock
 
 say() { echo "cluster: $*"; }
 warn() { echo "cluster: warning: $*" >&2; }
@@ -366,7 +380,8 @@ check_primary() {
   # matches, so ours goes first.
   if [[ $out == *"no pg_hba.conf entry"* || $out == *password* ]] && as_root && [ -w "$hba" ]; then
     say "allowing local replication connections: putting 'host replication all 127.0.0.1/32 trust' first in $hba and reloading"
-    sed -i '1i # added by newsfeed scripts/cluster.sh: the local streaming replica on port 5433\nhost replication all 127.0.0.1/32 trust' "$hba"
+    sed -i "1i $hba_comment\\n$hba_line" "$hba"
+    echo "$hba" >"$hba_record"
     primary -c 'select pg_reload_conf()' >/dev/null
     for _ in $(seq 10); do replication_ok && return 0; sleep 0.2; done
   fi
@@ -464,6 +479,42 @@ pg_down() {
   fi
 }
 
+# hba_restore: take out of the primary's pg_hba.conf the replication line
+# that check_primary put there (found by the comment above it: a line that
+# someone else wrote is left alone), and reload the configuration.
+hba_restore() {
+  local hba
+  hba=$(primary -c 'show hba_file' 2>/dev/null) || hba=
+  [ -n "$hba" ] || { [ -f "$hba_record" ] && hba=$(cat "$hba_record"); } || true
+  [ -n "$hba" ] && [ -f "$hba" ] || return 0
+  grep -qxF "$hba_comment" "$hba" || return 0
+  if ! { as_root && [ -w "$hba" ]; }; then
+    warn "$hba still has the replication line this script added ('$hba_line' under '$hba_comment'): not root, so left there"
+    return 0
+  fi
+  # The comment and, when it is ours, the line after it.
+  sed -i "\\|^$hba_comment\$|{N; \\|\\n$hba_line\$|d}" "$hba"
+  if grep -qxF "$hba_comment" "$hba"; then # not followed by our line: the comment alone
+    sed -i "\\|^$hba_comment\$|d" "$hba"
+  fi
+  if [ -n "$(primary -c 'select pg_reload_conf()' 2>/dev/null)" ]; then
+    say "took '$hba_line' out of $hba again and reloaded the primary's configuration"
+  else
+    say "took '$hba_line' out of $hba again (the primary does not answer: it reads the file when it starts)"
+  fi
+}
+
+# test_lock_remove: remove the tests' lock file unless a test holds it
+# (testenv.HoldReplicas opens it again when it was removed under it).
+test_lock_remove() {
+  [ -f "$test_lock" ] || return 0
+  command -v flock >/dev/null || return 0
+  if (flock -n 8 && rm -f "$test_lock") 8<"$test_lock" 2>/dev/null; then
+    return 0
+  fi
+  warn "$test_lock is held by a running test: left"
+}
+
 pg_status() {
   if ! replica -c 'select 1' >/dev/null 2>&1; then
     echo "PostgreSQL replica: down (127.0.0.1:$replica_port does not answer; log $pglog)"
@@ -486,10 +537,18 @@ cluster_url() {
 
 # lock: serialize runs on $state.lock (fd 9). The servers started while it is
 # held must not inherit fd 9 (9>&-), or they would hold the lock forever.
+# `down` removes the file while it holds it: a run that waited on the removed
+# file then holds a lock nobody else can see, so it opens the path again
+# until the file it locked is the one there.
 lock() {
   command -v flock >/dev/null || return 0
-  exec 9>"$state.lock"
-  flock -w 300 9 || die "another scripts/cluster.sh holds $state.lock"
+  local _
+  for _ in $(seq 20); do
+    exec 9>>"$state.lock"
+    flock -w 300 9 || die "another scripts/cluster.sh holds $state.lock"
+    [ "$(stat -c %d:%i "$state.lock" 2>/dev/null)" = "$(stat -L -c %d:%i /dev/fd/9)" ] && return 0
+  done
+  die "could not lock $state.lock: it keeps being removed"
 }
 
 cmd=${1:-}
@@ -522,7 +581,10 @@ case $cmd in
     [ -d "$(dirname "$state")" ] && lock
     redis_down
     pg_down
+    hba_restore
     rm -rf "$state"
+    test_lock_remove
+    rm -f "$state.lock" # last, while it is held (lock() sees it gone)
     say "down: Redis Cluster and PostgreSQL replica stopped, $state removed"
     ;;
   status)

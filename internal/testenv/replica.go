@@ -16,16 +16,30 @@ import (
 // HoldReplicas gives the test the replicas of the local test cluster to
 // itself until it ends: a test that waits for replicas, or stops one, takes
 // it first, so that another package's test cannot stop a replica under it.
+//
+// `scripts/cluster.sh down` removes the lock file when no test holds it: a
+// test that waited on the removed file would hold a lock nobody else sees,
+// so it opens the path again until the file it locked is the one there.
 func HoldReplicas(t testing.TB) {
 	t.Helper()
-	lock, err := os.OpenFile(filepath.Join(os.TempDir(), "newsfeed-test-replicas.lock"), os.O_CREATE|os.O_RDWR, 0o600)
-	if err != nil {
-		t.Fatalf("replica lock: %v", err)
+	path := filepath.Join(os.TempDir(), "newsfeed-test-replicas.lock")
+	for range 20 {
+		lock, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600) //nolint:gosec // a fixed name in the temporary directory
+		if err != nil {
+			t.Fatalf("replica lock: %v", err)
+		}
+		if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+			t.Fatalf("replica lock: %v", err)
+		}
+		held, err1 := lock.Stat()
+		there, err2 := os.Stat(path)
+		if err1 == nil && err2 == nil && os.SameFile(held, there) {
+			t.Cleanup(func() { _ = lock.Close() }) // releases the lock
+			return
+		}
+		_ = lock.Close() // removed while we waited: take the new one
 	}
-	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
-		t.Fatalf("replica lock: %v", err)
-	}
-	t.Cleanup(func() { _ = lock.Close() }) // releases the lock
+	t.Fatalf("replica lock: %s keeps being removed", path)
 }
 
 // StopReplicaOf stops (SIGSTOP: alive, silent) the first replica of a
