@@ -3,6 +3,7 @@ package feed_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -76,9 +77,9 @@ func TestAppendToLostHeadLeavesNoKeyWithoutTTL(t *testing.T) {
 
 // splitHook runs action once between a pipeline's GET of key and the rest of
 // it, as Redis does when a pipeline spans two reads of its socket and serves
-// another client's script in between. A transaction (MULTI … EXEC) cannot
-// be split so: Redis runs its commands at EXEC, one after the other, and
-// another client's script runs before or after all of them — here, before.
+// another client's script in between. A script that reads key (or a
+// transaction) cannot be split so: another client's script runs before or
+// after all of it — here, before.
 type splitHook struct {
 	key    string
 	once   *sync.Once
@@ -92,7 +93,16 @@ func (h splitHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 func (h splitHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		for i, c := range cmds {
-			if a := c.Args(); c.Name() == "get" && len(a) == 2 && a[1] == h.key && i+1 < len(cmds) {
+			a := c.Args()
+			if n := c.Name(); (n == "evalsha" || n == "eval") && slices.Contains(a, any(h.key)) {
+				first := false
+				h.once.Do(func() { first = true })
+				if first {
+					h.action() // outside the Once: it may come through this hook itself
+				}
+				break
+			}
+			if c.Name() == "get" && len(a) == 2 && a[1] == h.key && i+1 < len(cmds) {
 				split := false
 				h.once.Do(func() { split = true })
 				if !split {

@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -193,25 +192,23 @@ type storedSet struct {
 	ids                               []int64 // ascending
 }
 
-// decodeSet makes sense of a set's meta and head as GET returned them
-// (redis.Nil for a missing key) and of its tail's chunks as LRANGE did. A
-// set of another layout (a sorted set of an older version answers
-// WRONGTYPE), or a head or tail that does not match its meta, reads as a
-// missing set, which the next read rebuilds.
-func decodeSet(metaV []byte, metaErr error, headV []byte, headErr error, chunks []string, tailErr error) (storedSet, error) {
-	if err := cmp.Or(failure(metaErr), failure(headErr), failure(tailErr)); err != nil {
-		return storedSet{}, err
-	}
+// decodeSet makes sense of a set's meta and head values ("" for a missing
+// key, or one of another type) and of its tail's newest chunks, oldest
+// first: all of them when wholeTail, else as many as the read needed
+// (readScript). A set of another layout (a sorted set or a two-key feed of
+// an older version), or a head or tail that does not match its meta, reads
+// as a missing set, which the next read rebuilds.
+func decodeSet(metaV, headV []byte, chunks []string, wholeTail bool) storedSet {
 	h, ok := parseSet(metaV, headV)
-	if metaErr != nil || headErr != nil || !ok {
-		return storedSet{}, nil
+	if !ok {
+		return storedSet{}
 	}
 	var tail []byte
 	for _, c := range chunks {
 		tail = append(tail, c...)
 	}
-	if len(tail) != entryLen*h.tailN {
-		return storedSet{}, nil
+	if len(tail) > entryLen*h.tailN || wholeTail && len(tail) != entryLen*h.tailN {
+		return storedSet{}
 	}
 	// The tail's entries, ascending without repeats as the scripts keep
 	// them, then the head's, in order (pushes append them as they come);
@@ -220,36 +217,65 @@ func decodeSet(metaV []byte, metaErr error, headV []byte, headErr error, chunks 
 	ids := unpackIDs(tail)
 	for i := 1; i < len(ids); i++ {
 		if ids[i] <= ids[i-1] {
-			return storedSet{}, nil
+			return storedSet{}
 		}
 	}
 	recent := h.entries()
 	if len(ids) > 0 && len(recent) > 0 && recent[0] <= ids[len(ids)-1] {
-		return storedSet{}, nil
+		return storedSet{}
 	}
 	ids = append(ids, recent...)
 	return storedSet{exists: true, complete: h.complete(), whole: h.flags&flagWhole != 0, building: h.building(),
-		ids: ids}, nil
+		ids: ids}
 }
 
-// setCmds read one set in a pipeline: its meta, its head and its tail's
-// chunks. The pipeline must be a transaction (TxPipelined), so that the
-// three are read at one moment.
-type setCmds struct {
-	meta, head *redis.StringCmd
-	tail       *redis.StringSliceCmd
+// setRead reads one set in a pipeline, at one moment (readScript).
+type setRead struct{ cmd *redis.Cmd }
+
+// allEntries asks readSet for every entry of a set.
+const allEntries = 0
+
+// readSet reads set's meta, head and the chunks of its tail that hold its n
+// newest entries below before (n allEntries: the whole tail), in one call
+// of readScript: one moment, whatever changes the set around the read.
+func readSet(ctx context.Context, p redis.Pipeliner, set setKeys, before int64, n int) setRead {
+	return setRead{p.EvalSha(ctx, readScript.Hash(), set.list(), before, n)}
 }
 
-func getSet(ctx context.Context, p redis.Pipeliner, set setKeys) setCmds {
-	return setCmds{meta: p.Get(ctx, set.meta), head: p.Get(ctx, set.head), tail: p.LRange(ctx, set.tail, 0, -1)}
+// decode is decodeSet of what readScript answered; an error is the call's
+// (a set missing, or of another layout, is a missing set, not an error).
+func (r setRead) decode() (storedSet, error) {
+	v, err := r.cmd.Result()
+	if err != nil {
+		return storedSet{}, err
+	}
+	parts, ok := v.([]any)
+	if !ok || len(parts) < 3 {
+		return storedSet{}, nil // the meta or the head is missing
+	}
+	str := func(x any) string { s, _ := x.(string); return s }
+	chunks := make([]string, 0, len(parts)-3)
+	for _, c := range parts[3:] {
+		chunks = append(chunks, str(c))
+	}
+	whole, _ := parts[2].(int64)
+	return decodeSet([]byte(str(parts[0])), []byte(str(parts[1])), chunks, whole == 1), nil
 }
 
-// decode is decodeSet of what the commands read.
-func (c setCmds) decode() (storedSet, error) {
-	metaV, metaErr := c.meta.Bytes()
-	headV, headErr := c.head.Bytes()
-	chunks, tailErr := c.tail.Result()
-	return decodeSet(metaV, metaErr, headV, headErr, chunks, tailErr)
+// pipelinedReads runs a pipeline that reads sets with readSet, loading
+// readScript and running it again if a node did not know the script (it
+// restarted, or is a replica a failover promoted).
+func pipelinedReads(ctx context.Context, rdb redis.UniversalClient, fn func(redis.Pipeliner) error) ([]redis.Cmder, error) {
+	cmds, err := rdb.Pipelined(ctx, fn)
+	for _, c := range cmds {
+		if isNoScript(c.Err()) {
+			if lerr := readScript.Load(ctx, rdb).Err(); lerr != nil {
+				return cmds, lerr
+			}
+			return rdb.Pipelined(ctx, fn)
+		}
+	}
+	return cmds, err
 }
 
 // failure is err unless it only says that a key is not there or is not a
@@ -312,12 +338,11 @@ func InspectTimeline(ctx context.Context, rdb redis.UniversalClient, prefix stri
 }
 
 func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]Stored, error) {
-	cmds := make([]setCmds, len(sets))
-	// Each command's error is its own (decodeSet tells a missing key or a
-	// foreign type from a failure).
-	_, _ = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { // each set at one moment (see readSets)
+	cmds := make([]setRead, len(sets))
+	// Each command's error is its own.
+	_, _ = pipelinedReads(ctx, rdb, func(p redis.Pipeliner) error {
 		for i, set := range sets {
-			cmds[i] = getSet(ctx, p, set)
+			cmds[i] = readSet(ctx, p, set, math.MaxInt64, allEntries)
 		}
 		return nil
 	})

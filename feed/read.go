@@ -230,10 +230,8 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 	return sets, nil
 }
 
-// readSets reads each set (its meta, head and tail) in one round trip, each
-// in one transaction (a script that changes a set between the reads of its
-// keys would leave a read with the old meta and the new entries: a trimmed
-// post missing from a set still marked whole), keeps up to
+// readSets reads each set (its meta, head and the tail's chunks the page
+// needs, at one moment: readScript) in one round trip, keeps up to
 // n ids below before,, and keeps each alive for feed.active_days; keys[0] is the
 // user's feed, complete only with its following hash (which lives
 // feed.active_days from its last change: an active reader's feed is rebuilt
@@ -241,13 +239,13 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 // celebrities are pulled: the cached celebrity list and the state of the
 // set of pulled authors.
 func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
-	reads := make([]setCmds, len(keys))
+	reads := make([]setRead, len(keys))
 	var version, celebs *redis.StringCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
-	cmds, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
 		for i, key := range keys {
-			reads[i] = getSet(ctx, p, key)
+			reads[i] = readSet(ctx, p, key, before, n)
 			for _, k := range key.list() {
 				p.Expire(ctx, k, f.cfg.ActiveTTL) // a read keeps the feed
 			}

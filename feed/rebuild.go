@@ -171,10 +171,10 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 // complete tells whether the set is complete, by the rule readSets follows:
 // a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
-	var read setCmds
+	var read setRead
 	var version *redis.StringCmd
-	cmds, err := f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error { // one moment (see readSets)
-		read = getSet(ctx, p, t.set)
+	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
+		read = readSet(ctx, p, t.set, math.MaxInt64, 1)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)
 		}
