@@ -59,8 +59,16 @@ pglog=$pgroot/postgresql.log
 
 ports=(7000 7001 7002 7003 7004 7005)
 node_timeout=2000
+# The primary is the PostgreSQL the tests use: the port of
+# NEWSFEED_TEST_DATABASE_URL when it names one (scripts/services.sh asks for
+# it when the local cluster is not on 5432), else 5432.
 primary_host=127.0.0.1 primary_port=5432
+if [[ ${NEWSFEED_TEST_DATABASE_URL:-} =~ ^postgres(ql)?://[^/]*@(127\.0\.0\.1|localhost):([0-9]+)(/|\?|$) ]]; then
+  primary_port=${BASH_REMATCH[3]}
+fi
 replica_port=5433
+[ "$primary_port" != "$replica_port" ] ||
+  { echo "cluster: the tests' PostgreSQL is on $replica_port, the port this script gives its replica; move one of them" >&2; exit 1; }
 replica_name=newsfeed_replica # its cluster_name: application_name in pg_stat_replication
 # The line `up` may put first in the primary's pg_hba.conf, under a comment
 # that says so (which `down` looks for), and where it records the file's path
