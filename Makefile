@@ -43,7 +43,8 @@ test: SERVICES_FLAGS = --tests --cc --browser --node --promtool
 test: export NEWSFEED_TEST_BROWSER = required
 test: export NEWSFEED_TEST_PROMTOOL = required
 test: APPLY_DELAY = 2s
-test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, live, API, e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
+test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: make test-short's tests, lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, live, API, e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
+	$(TEST_SHORT)
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
 	@# The cluster and the replica are shared: once more, after the minutes above,
@@ -57,12 +58,16 @@ test: services lint spec-lint monitoring-check cluster-up ## everything CI runs:
 		go test -count=1 -timeout 10m -run '^(TestRedisPrimaryKilledMidFanout|TestReshardUnderLoad)$$' -v ./e2e/
 	scripts/fuzz.sh $(FUZZ_TIME_CI)
 
+# make test-short's tests, which make test runs first too: so that the inner
+# loop's own mode (-short, -parallel 8) is checked where CI checks everything.
+TEST_SHORT = go test -short -count=1 -timeout 5m -parallel 8 $$(go list ./... | grep -v /e2e)
+
 # The integration tests mostly wait (on PostgreSQL, Redis, a worker's
 # blocking read): -parallel 8 runs more of them at once than the default of
 # one per core, every test still running (fanout's 40 s become 13 s here).
 test-short: SERVICES_FLAGS = --tests
 test-short: services ## the inner loop: unit and integration tests without the e2e suite or the full model test (under a minute)
-	go test -short -count=1 -timeout 5m -parallel 8 $$(go list ./... | grep -v /e2e)
+	$(TEST_SHORT)
 
 model: SERVICES_FLAGS = --tests
 model: services ## the model-based feed test alone, longer: make model CHECKS=200
