@@ -70,6 +70,15 @@ replica_port=5433
 [ "$primary_port" != "$replica_port" ] ||
   { echo "cluster: the tests' PostgreSQL is on $replica_port, the port this script gives its replica; move one of them" >&2; exit 1; }
 replica_name=newsfeed_replica # its cluster_name: application_name in pg_stat_replication
+# The replica's replication slot on the primary: the primary keeps the WAL
+# the replica has not received yet (without it, a checkpoint between the base
+# backup and the replica's first connection, on a primary that writes a lot,
+# removed a segment the replica then asked for, and it never streamed).
+# `down` drops it, so that a replica gone for good holds no WAL back.
+slot_name=newsfeed_replica
+drop_slot() {
+  primary -c "select pg_drop_replication_slot('$slot_name') from pg_replication_slots where slot_name = '$slot_name' and not active" >/dev/null 2>&1 || true
+}
 # The line `up` may put first in the primary's pg_hba.conf, under a comment
 # that says so (which `down` looks for), and where it records the file's path
 # (for a `down` while the primary does not answer).
@@ -420,8 +429,9 @@ make_replica() {
   chmod 0700 "$pgroot"
   as_pg mkdir -m 0700 "$pgdata"
   say "making the PostgreSQL replica: pg_basebackup from $primary_host:$primary_port into $pgdata"
+  drop_slot # a slot left by a replica made before
   as_pg "$pg_bin/pg_basebackup" -h "$primary_host" -p "$primary_port" -U postgres -w -D "$pgdata" \
-    -R -X stream --checkpoint=fast >"$pgroot/basebackup.log" 2>&1 ||
+    -R -X stream -C -S "$slot_name" --checkpoint=fast >"$pgroot/basebackup.log" 2>&1 ||
     die_log "pg_basebackup failed" "$pgroot/basebackup.log"
   # Debian keeps the server's configuration in /etc, outside the data
   # directory, so the copy has none: the replica gets its own. Hot standby
@@ -485,6 +495,7 @@ pg_down() {
     as_pg "$pg_bin/pg_ctl" -D "$pgdata" stop -m fast -w -t 60 >/dev/null 2>&1 ||
       die_log "the PostgreSQL replica in $pgdata did not stop" "$pglog"
   fi
+  drop_slot
 }
 
 # hba_restore: take out of the primary's pg_hba.conf the replication line
