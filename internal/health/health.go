@@ -15,8 +15,11 @@ package health
 import (
 	"context"
 	"errors"
+	"io"
+	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"go.uber.org/zap"
@@ -59,6 +62,8 @@ type Watch struct {
 
 	mu       sync.Mutex // one round of pings at a time
 	pingedAt time.Time  // when the last round began
+
+	backAt atomic.Int64 // when a dependency last answered again (Unix ns)
 }
 
 // minPingGap is the least time between two rounds of pings that failures
@@ -66,6 +71,21 @@ type Watch struct {
 // most ten rounds a second, and a failure met within it of a round that
 // found everything up is not taken for an outage.
 const minPingGap = 100 * time.Millisecond
+
+// aftermath is how long after a dependency answers again its outage still
+// explains a broken connection: connections broken while it was down (a
+// pool's idle ones, a blocking read's) fail once more when next used, and
+// that is the outage the watch logged, not a new one. Any other failure is
+// explained by an outage only while it lasts.
+const aftermath = 5 * time.Second
+
+// brokenConnection reports whether err is a connection that broke: what a
+// connection made before an outage meets after it.
+func brokenConnection(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, net.ErrClosed) || errors.As(err, &netErr)
+}
 
 type dependency struct {
 	Dependency
@@ -137,15 +157,16 @@ func (w *Watch) IsDown(name string) bool {
 }
 
 // Explained reports whether err, which some work met, is explained by an
-// outage that the watch has logged: a dependency known to be down, or found
-// down by pinging them now. Concurrent callers wait for one round of pings,
+// outage that the watch has logged: a dependency known to be down (or, for
+// a broken connection, back for less than aftermath), or found down by
+// pinging them now. Concurrent callers wait for one round of pings,
 // and rounds are at least minPingGap apart. It is false for nil and for a
 // context the caller cancelled: those are no outage.
 func (w *Watch) Explained(ctx context.Context, err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
 		return false
 	}
-	if w.Down() {
+	if w.Down() || brokenConnection(err) && time.Since(time.Unix(0, w.backAt.Load())) < aftermath {
 		return true
 	}
 	asked := time.Now()
@@ -220,6 +241,7 @@ func (w *Watch) record(d *dependency, err error) {
 		}
 	case err == nil && d.down.Load():
 		d.down.Store(false)
+		w.backAt.Store(time.Now().UnixNano())
 		w.log.Info(d.Name+" answers again",
 			zap.String("dependency", d.Name), zap.Duration("down_for", time.Since(d.since).Round(time.Millisecond)))
 	}

@@ -3,6 +3,8 @@ package health_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os/exec"
 	"sync"
@@ -139,9 +141,13 @@ func TestOneLinePerTransition(t *testing.T) {
 		require.Empty(t, e.Stack, "no stack trace: %s", e.Message)
 	}
 
-	// After the outage, a failure nothing explains is a warning again.
+	// After the outage, a failure nothing explains is a warning again…
 	health.Log(ctx, w, log, "query failed", errors.New("syntax error"))
 	require.Equal(t, zapcore.WarnLevel, logs.FilterMessage("query failed").All()[0].Level)
+	// …but a connection broken during the outage, met right after it, is
+	// the outage's (a blocking read's connection, a pool's idle one).
+	health.Log(ctx, w, log, "reading failed", fmt.Errorf("read tickets: %w", io.EOF))
+	require.Equal(t, zapcore.DebugLevel, logs.FilterMessage("reading failed").All()[0].Level)
 }
 
 func TestCancelledIsNoOutage(t *testing.T) {
