@@ -377,11 +377,17 @@ func TestPartitionedTakeover(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, fresh, "not idle long enough")
 
-		time.Sleep(60 * time.Millisecond)
+		// The crashed reader's tickets are idle for 600 ms; b claims 15 of
+		// them, which makes those 15 fresh again; c, asking for tickets
+		// idle for 500 ms, gets the other 25 and none of b's — as long as c
+		// asks within 500 ms of b's claim, which a loaded machine allows
+		// (with 50 ms, a slow round over the cluster's partitions let c take
+		// b's too).
+		time.Sleep(600 * time.Millisecond)
 		some, err := q.ClaimStale(t.Context(), "b", 50*time.Millisecond, 15)
 		require.NoError(t, err)
 		require.Len(t, some, 15, "at most count, over every partition")
-		rest, err := q.ClaimStale(t.Context(), "c", 50*time.Millisecond, 100)
+		rest, err := q.ClaimStale(t.Context(), "c", 500*time.Millisecond, 100)
 		require.NoError(t, err)
 		require.Len(t, rest, 25)
 
