@@ -329,6 +329,16 @@ func (b *testBundle) readFeed(t *testing.T, userID int64) []int64 {
 	return ids
 }
 
+// claim claims the outbox's pending events, as a dispatcher does, and
+// requires n of them.
+func (b *testBundle) claim(t *testing.T, n int) []domain.Event {
+	t.Helper()
+	events, err := b.db.Claim(t.Context(), 10, time.Hour)
+	require.NoError(t, err)
+	require.Len(t, events, n)
+	return events
+}
+
 // publish puts tickets for events in the stream, as a dispatcher does.
 func (b *testBundle) publish(t *testing.T, events ...domain.Event) {
 	t.Helper()
@@ -499,9 +509,7 @@ func TestPostCreated(t *testing.T) {
 
 		// The same claim in two tickets (a publish retried after its reply
 		// was lost), processed side by side.
-		events, err := b.db.Claim(t.Context(), 10, time.Hour)
-		require.NoError(t, err)
-		require.Len(t, events, 1)
+		events := b.claim(t, 1)
 		b.publish(t, events[0], events[0])
 		run(t, w)
 		eventually(t, func(c *assert.CollectT) {
@@ -534,9 +542,7 @@ func TestPostCreated(t *testing.T) {
 		b.follow(t, author, followers)
 		b.buildFeeds(t, followers)
 		postID := b.post(t, author)
-		events, err := b.db.Claim(t.Context(), 10, time.Hour)
-		require.NoError(t, err)
-		require.Len(t, events, 1)
+		events := b.claim(t, 1)
 		b.publish(t, events[0])
 		run(t, w)
 		eventually(t, func(c *assert.CollectT) {
@@ -1037,9 +1043,7 @@ func TestEventOrder(t *testing.T) {
 		b.buildFeeds(t, followers)
 		postID := b.post(t, author)
 		require.NoError(t, b.db.DeletePost(t.Context(), postID, author))
-		events, err := b.db.Claim(t.Context(), 10, time.Hour)
-		require.NoError(t, err)
-		require.Len(t, events, 2)
+		events := b.claim(t, 2)
 		require.Equal(t, domain.PostCreated, events[0].Type)
 		b.publish(t, events[1], events[0]) // deleted, then created
 

@@ -17,9 +17,7 @@ import (
 // are sent again, and every entry written is counted once — resending the
 // whole pipeline would report 0 for the calls that had succeeded.
 func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
-	if testenv.RedisClusterURL() == "" {
-		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
-	}
+	testenv.SkipWithoutRedisCluster(t)
 	t.Parallel()
 	ctx := context.Background()
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)

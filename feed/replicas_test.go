@@ -73,9 +73,7 @@ func TestWritesWaitForReplicas(t *testing.T) {
 // reader's primary stopped (SIGSTOP: alive, silent), the push fails once
 // the timeout has passed, and succeeds again when the replica goes on.
 func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
-	if testenv.RedisClusterURL() == "" {
-		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
-	}
+	testenv.SkipWithoutRedisCluster(t)
 	testenv.HoldReplicas(t)
 	ctx := context.Background()
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)

@@ -597,9 +597,7 @@ func TestDeadLetter(t *testing.T) {
 // behind, they would fail, and the dispatcher would publish them again
 // without counting a failure: outbox/TestDispatchOnce.)
 func TestPublishWaitsForReplicas(t *testing.T) {
-	if testenv.RedisClusterURL() == "" {
-		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
-	}
+	testenv.SkipWithoutRedisCluster(t)
 	testenv.HoldReplicas(t)
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	cc := rdb.(*redis.ClusterClient)

@@ -30,9 +30,7 @@ import (
 // the transaction as a whole); the old primary counts every one it answered
 // (INFO errorstats). The slot is moved back at the end.
 func TestCommandsFollowAskAndMoved(t *testing.T) {
-	if testenv.RedisClusterURL() == "" {
-		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
-	}
+	testenv.SkipWithoutRedisCluster(t)
 	ctx := t.Context()
 	_, prefix, _ := testenv.NewUniversalRedis(t) // a prefix whose keys are deleted at the end
 	opts, err := redis.ParseClusterURL(testenv.RedisClusterURL())

@@ -30,9 +30,7 @@ func TestErrorIsUnavailable(t *testing.T) {
 // a replaced primary took may be missing on its successor. One whose owners
 // are the same waits on each owner alone.
 func TestWaitFailsWhenTheOwnersChanged(t *testing.T) {
-	if testenv.RedisClusterURL() == "" {
-		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
-	}
+	testenv.SkipWithoutRedisCluster(t)
 	testenv.HoldReplicas(t)
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	w := New(rdb, prefix, 1, time.Second)

@@ -307,6 +307,15 @@ func randomHex(n int) string {
 // parameters for the other seeds. Empty: one Redis.
 func RedisClusterURL() string { return os.Getenv("NEWSFEED_TEST_REDIS_CLUSTER_URL") }
 
+// SkipWithoutRedisCluster skips a test that means the Redis Cluster (slots
+// on several nodes, replicas, failover) when RedisClusterURL names none.
+func SkipWithoutRedisCluster(t testing.TB) {
+	t.Helper()
+	if RedisClusterURL() == "" {
+		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
+	}
+}
+
 // NewUniversalRedis is NewRedis on the Redis Cluster when RedisClusterURL is
 // set, and on one Redis otherwise; cluster says which. Tests that accept
 // either run against whichever the environment names.
