@@ -20,6 +20,7 @@ import (
 
 	"github.com/newsfeed/newsfeed/docs"
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/failpoint"
 	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/routing"
 )
@@ -234,6 +235,7 @@ func (s *Server) deletePost(c echo.Context) error {
 	}
 	s.wrote(c)
 	s.cfg.OutboxWrittenFunc()
+	failpoint.Hit(ctx, failpoint.AfterCommit)
 	// Hide it from reads now; the post.deleted event also removes it from
 	// every feed, and repeats this if it fails here.
 	if err := s.feeds.ForgetPost(ctx, id); err != nil {
@@ -253,6 +255,7 @@ func (s *Server) follow(c echo.Context) error {
 		return err
 	}
 	s.wrote(c) // also when the edge was there: its own request may not have recorded
+	failpoint.Hit(ctx, failpoint.AfterCommit)
 	if created {
 		s.cfg.OutboxWrittenFunc()
 		// Show the followee's recent posts from the next read on; the
@@ -280,6 +283,7 @@ func (s *Server) unfollow(c echo.Context) error {
 	if removed {
 		s.cfg.OutboxWrittenFunc()
 	}
+	failpoint.Hit(ctx, failpoint.AfterCommit)
 	// The followee's posts leave the feed before this answers — also when
 	// the edge was gone already, so that a retry after a failed clean-up
 	// cleans. If it fails, drop the feed: the next read rebuilds it from

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/failpoint"
 )
 
 // applyFollowState applies the follow state as it is now, not as the event says
@@ -21,6 +22,7 @@ func (w *Worker) applyFollowState(ctx context.Context, p domain.FollowPayload) e
 	if err != nil {
 		return err
 	}
+	failpoint.Hit(ctx, failpoint.BeforeApply)
 	for range maxFollowRounds {
 		if following {
 			added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)

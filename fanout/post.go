@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/failpoint"
 )
 
 // pushPost delivers a new post: into its author's timeline if the author
@@ -109,6 +110,7 @@ func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64,
 		return err
 	}
 	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
+		failpoint.Hit(ctx, failpoint.BeforePush)
 		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf, first)
 		w.metrics.entries.Add(float64(added))
 		if err == nil {

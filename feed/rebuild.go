@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/failpoint"
 )
 
 // rebuildFeed fills a feed that Redis does not hold complete (lost, expired,
@@ -149,6 +150,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	if err != nil {
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
+	failpoint.Hit(ctx, failpoint.BeforeFinishRebuild)
 	whole := 0
 	if len(data.ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
 		whole = 1
