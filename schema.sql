@@ -38,6 +38,8 @@ ALTER SEQUENCE posts_id_seq OWNED BY posts.id;
 
 -- An author's own posts, newest first; also the per-followee probe of feed rebuilds.
 CREATE INDEX IF NOT EXISTS posts_author_id_idx ON posts (author_id, id DESC) WHERE deleted_at IS NULL;
+-- An author's deleted posts, which an unfollow takes out of a feed too.
+CREATE INDEX IF NOT EXISTS posts_author_deleted_idx ON posts (author_id, id DESC) WHERE deleted_at IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS posts_idempotency_key_idx ON posts (author_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
@@ -135,4 +137,16 @@ CREATE INDEX IF NOT EXISTS outbox_finished_idx ON outbox (finished_at) WHERE sta
 CREATE TABLE IF NOT EXISTS pulled_posts (
     post_id bigint  PRIMARY KEY,
     pushed  boolean NOT NULL DEFAULT false
+);
+
+-- The version of each user's graph: every change to whom a user follows
+-- takes the next one, in the transaction that makes the change (the row
+-- lock orders a user's changes), also a change that finds nothing to do.
+-- Redis applies the state PostgreSQL has with its version, so that a change
+-- applied late — a request stalled between its commit and its Redis step,
+-- an event handled after a newer one — is seen to be stale and changes
+-- nothing (see feed/lua/follow.lua).
+CREATE TABLE IF NOT EXISTS graph_versions (
+    user_id bigint PRIMARY KEY,
+    version bigint NOT NULL
 );

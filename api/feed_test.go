@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
 // The fan-out worker does not run in these tests: a followee's post reaches a
@@ -239,7 +241,7 @@ func TestFeedPaging(t *testing.T) {
 		// What the fan-out worker would do with a new post of user 1.
 		fanOut := func(p apiPost) {
 			t.Helper()
-			n, err := b.feeds.Push(context.Background(), 1, p.ID, []int64{2}, 0, true)
+			n, err := pushCount(b.feeds.Push(context.Background(), domain.Entry{PostID: p.ID, AuthorID: 1}, []int64{2}, 0, true))
 			require.NoError(t, err)
 			require.Equal(t, 1, n)
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/labstack/echo/v4"
 	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 	"pgregory.net/rapid"
 
 	"github.com/newsfeed/newsfeed/api"
@@ -209,7 +211,13 @@ func (env *modelEnv) newModel(t *rapid.T) *model {
 // under prefix, and starts its worker until the test ends.
 func startPipeline(t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster bool, prefix string, cfg modelConfig) *pipeline {
 	t.Helper()
-	ctx := context.Background()
+	return startPipelineCtx(context.Background(), t, pool, rdb, cluster, prefix, cfg)
+}
+
+// startPipelineCtx is startPipeline with the worker running under ctx (one
+// that carries failpoints, say).
+func startPipelineCtx(ctx context.Context, t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster bool, prefix string, cfg modelConfig) *pipeline {
+	t.Helper()
 	db := store.New(pool, nil)
 	p := &pipeline{pool: pool, db: db, rdb: rdb, prefix: prefix, tokens: map[int64]string{}}
 	if err := pool.QueryRow(ctx, `SELECT COALESCE(max(id), 0) FROM outbox`).Scan(&p.firstEvent); err != nil {
@@ -232,7 +240,12 @@ func startPipeline(t tb, pool *pgxpool.Pool, rdb redis.UniversalClient, cluster 
 	}
 	p.disp = disp
 	p.e = newAPI(t, db, db, p.feeds, api.Config{Secret: testSecret})
+	wlog := zap.NewNop()
+	if os.Getenv("NEWSFEED_MODEL_DUMP") != "" {
+		wlog = zap.NewExample()
+	}
 	w, err := fanout.New(db, p.feeds, db, quickQueue{p.queue}, fanout.Config{
+		Logger:          wlog,
 		Concurrency:     4,
 		PageSize:        cfg.PageSize,
 		ChunkSize:       cfg.ChunkSize,
@@ -396,10 +409,10 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 			// a post whose fan-out split after an earlier delivery had
 			// pushed it): the feed takes it without looking.
 			first := rapid.Bool().Draw(t, "as a first delivery")
-			if _, err := m.feeds.Push(ctx, p.author, p.id, []int64{u}, asOf, first); err != nil {
+			if _, err := pushCount(m.feeds.Push(ctx, domain.Entry{PostID: p.id, AuthorID: p.author}, []int64{u}, asOf, first)); err != nil {
 				t.Fatal(err)
 			}
-			if err := m.feeds.AddToTimeline(ctx, p.author, p.id); err != nil {
+			if err := m.feeds.AddToTimeline(ctx, domain.Entry{PostID: p.id, AuthorID: p.author}); err != nil {
 				t.Fatal(err)
 			}
 		}),
@@ -622,7 +635,22 @@ FROM outbox WHERE id > $1`, m.firstEvent).Scan(&open, &dead)
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("events not delivered after 30s: %d open, %d tickets queued", open, queued)
+			var why string
+			_ = m.pool.QueryRow(ctx, `
+SELECT COALESCE(string_agg(event_type || ' ' || payload::text || ' ' || status || ': ' || COALESCE(last_error, ''), '; '), '')
+FROM outbox WHERE id > $1 AND status NOT IN ('done', 'dead')`, m.firstEvent).Scan(&why)
+			if os.Getenv("NEWSFEED_MODEL_DUMP") != "" {
+				_ = pprof.Lookup("goroutine").WriteTo(os.Stderr, 2)
+				rows, _ := m.pool.Query(ctx, `SELECT pid, state, wait_event_type, wait_event, left(query, 200), now() - xact_start FROM pg_stat_activity WHERE datname = current_database()`)
+				for rows.Next() {
+					var pid int
+					var st, wt, we, q, age any
+					_ = rows.Scan(&pid, &st, &wt, &we, &q, &age)
+					fmt.Fprintln(os.Stderr, "PGACT", pid, st, wt, we, q, age)
+				}
+				rows.Close()
+			}
+			t.Fatalf("events not delivered after 30s: %d open (%s), %d tickets queued", open, why, queued)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -651,3 +679,6 @@ WHERE id > $1 AND status = 'done' ORDER BY id`, m.firstEvent)
 	}
 	return events
 }
+
+// pushed is what the tests count of a push: how many feeds gained it.
+func pushCount(res domain.PushResult, err error) (int, error) { return res.Added, err }

@@ -22,6 +22,7 @@ import (
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/failpoint"
 	"github.com/newsfeed/newsfeed/internal/health"
+	"github.com/newsfeed/newsfeed/internal/logctx"
 	"github.com/newsfeed/newsfeed/internal/routing"
 )
 
@@ -35,8 +36,10 @@ type Posts interface {
 
 // Graph is the follows side of the store.
 type Graph interface {
-	Follow(ctx context.Context, follower, followee int64) (bool, error)
-	Unfollow(ctx context.Context, follower, followee int64) (bool, error)
+	// Follow and Unfollow change an edge and return the state it is in
+	// after, with the version of the follower's graph they took.
+	Follow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error)
+	Unfollow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error)
 	Followers(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 	Following(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 }
@@ -44,8 +47,16 @@ type Graph interface {
 // Feeds reads home feeds and keeps them right after follows and deletes.
 type Feeds interface {
 	Read(ctx context.Context, userID, before int64, limit int) (domain.FeedPage, error)
-	Followed(ctx context.Context, follower, followee int64) (int, error)
-	Unfollowed(ctx context.Context, follower, followee int64) error
+	// ApplyFollow applies a follow state to the follower's feed unless a
+	// newer one is there (applied is false then).
+	ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error)
+	// MarkGraphChange marks a change of userID's graph in flight, from
+	// before its commit until unmark is called after its application, so
+	// that reads do not show it half applied.
+	MarkGraphChange(ctx context.Context, userID int64) (unmark func(), err error)
+	// MarkDeleting marks the delete of a post in flight, from before its
+	// commit until ForgetPost (or undo, if it did not commit).
+	MarkDeleting(ctx context.Context, postID int64) (undo func(), err error)
 	Drop(ctx context.Context, userID int64) error
 	ForgetPost(ctx context.Context, postID int64) error
 }
@@ -229,77 +240,107 @@ func (s *Server) deletePost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	if err := s.posts.DeletePost(ctx, id, userID(c)); err != nil {
+	ctx, me := c.Request().Context(), userID(c)
+	// A post that is not there, or not the caller's, is refused before
+	// anything is written (DeletePost checks again, in its transaction).
+	post, err := s.posts.Post(ctx, id)
+	if err != nil {
+		return err
+	}
+	if post.AuthorID != me {
+		return domain.ErrForbidden
+	}
+	// From the commit until the post's tombstone is cached, reads ask
+	// PostgreSQL for it: no read shows it gone and a later one back.
+	undo, err := s.feeds.MarkDeleting(ctx, id)
+	if err != nil {
+		logctx.From(ctx, s.log).Debug("cannot mark the delete in flight", zap.Error(err))
+	}
+	if err := s.posts.DeletePost(ctx, id, me); err != nil {
+		undo()
 		return err
 	}
 	s.wrote(c)
 	s.cfg.OutboxWrittenFunc()
 	failpoint.Hit(ctx, failpoint.AfterCommit)
 	// Hide it from reads now; the post.deleted event also removes it from
-	// every feed, and repeats this if it fails here.
+	// every feed, and repeats this if it fails here (the mark expires
+	// meanwhile, and reads ask PostgreSQL until then).
 	if err := s.feeds.ForgetPost(ctx, id); err != nil {
 		s.degraded(c, "cannot hide deleted post yet; its event will", err, zap.Int64("post_id", id))
 	}
 	return c.NoContent(http.StatusNoContent)
 }
 
+// follow and unfollow commit the change in PostgreSQL, then apply to Redis
+// the state PostgreSQL has, with the version the change took — never the
+// request's intent: a request that stalls between the two steps while a
+// newer change of the same follow is applied finds its state stale, and
+// changes nothing. (Both also apply when nothing changed, so that a retry
+// repairs what a failed application left.) The follow.created and
+// follow.deleted events apply the state again, should this fail. The
+// change is marked in flight from before its commit to its application
+// (MarkGraphChange), and reads meanwhile come from PostgreSQL.
 func (s *Server) follow(c echo.Context) error {
-	followee, err := pathID(c, "user_id")
-	if err != nil {
-		return err
-	}
-	ctx, me := c.Request().Context(), userID(c)
-	created, err := s.graph.Follow(ctx, me, followee)
-	if err != nil {
-		return err
-	}
-	s.wrote(c) // also when the edge was there: its own request may not have recorded
-	failpoint.Hit(ctx, failpoint.AfterCommit)
-	if created {
-		s.cfg.OutboxWrittenFunc()
-		// Show the followee's recent posts from the next read on; the
-		// follow.created event does the same if this fails.
-		if _, err := s.feeds.Followed(ctx, me, followee); err != nil {
-			s.degraded(c, "cannot backfill feed yet; its event will", err, zap.Int64("followee_id", followee))
-		} else if s.cfg.Changes != nil {
-			s.cfg.Changes.Followed(ctx, me, followee)
-		}
-	}
-	return c.NoContent(http.StatusNoContent)
+	return s.changeFollow(c, true)
 }
 
 func (s *Server) unfollow(c echo.Context) error {
+	return s.changeFollow(c, false)
+}
+
+func (s *Server) changeFollow(c echo.Context, follow bool) error {
 	followee, err := pathID(c, "user_id")
 	if err != nil {
 		return err
 	}
 	ctx, me := c.Request().Context(), userID(c)
-	removed, err := s.graph.Unfollow(ctx, me, followee)
+	change := s.graph.Unfollow
+	if follow {
+		if followee == me {
+			return domain.ErrSelfFollow // before anything is written
+		}
+		change = s.graph.Follow
+	}
+	unmark, err := s.feeds.MarkGraphChange(ctx, me)
 	if err != nil {
+		logctx.From(ctx, s.log).Debug("cannot mark the graph change in flight", zap.Error(err))
+	}
+	ch, err := change(ctx, me, followee)
+	if err != nil {
+		unmark()
 		return err
 	}
-	s.wrote(c)
-	if removed {
+	s.wrote(c) // also when nothing changed: its own request may not have recorded
+	if ch.Changed {
 		s.cfg.OutboxWrittenFunc()
 	}
 	failpoint.Hit(ctx, failpoint.AfterCommit)
-	// The followee's posts leave the feed before this answers — also when
-	// the edge was gone already, so that a retry after a failed clean-up
-	// cleans. If it fails, drop the feed: the next read rebuilds it from
-	// PostgreSQL. If that fails too, Redis is down: the unfollow stands on
-	// PostgreSQL alone (a 503 now would say it failed), reads fall back to
-	// PostgreSQL, and the follow.deleted event cleans the feed once Redis
-	// answers.
-	if err := s.feeds.Unfollowed(ctx, me, followee); err != nil {
-		if derr := s.feeds.Drop(ctx, me); derr != nil {
-			s.degraded(c, "cannot clean the feed after an unfollow while Redis is down; its event will",
-				derr, zap.Int64("followee_id", followee))
-			return c.NoContent(http.StatusNoContent)
+	// A follow shows the followee's recent posts from the next read on; an
+	// unfollow takes them out before this answers.
+	_, applied, err := s.feeds.ApplyFollow(ctx, ch.EdgeState)
+	if err != nil && !ch.Following {
+		// Drop the feed: the next read rebuilds it from PostgreSQL. If that
+		// fails too, Redis is down: the unfollow stands on PostgreSQL alone
+		// (a 503 now would say it failed), reads fall back to PostgreSQL,
+		// and the follow.deleted event cleans the feed once Redis answers.
+		if err = s.feeds.Drop(ctx, me); err == nil {
+			applied = true // the next read rebuilds it without the followee
 		}
 	}
-	if s.cfg.Changes != nil {
-		s.cfg.Changes.Unfollowed(ctx, me, followee)
+	if err != nil {
+		// The mark stays until it expires: reads come from PostgreSQL
+		// meanwhile, and the change's event applies it.
+		s.degraded(c, "cannot apply the follow change to the feed yet; its event will", err, zap.Int64("followee_id", followee))
+		return c.NoContent(http.StatusNoContent)
+	}
+	unmark()
+	if applied && s.cfg.Changes != nil {
+		if ch.Following {
+			s.cfg.Changes.Followed(ctx, me, followee)
+		} else {
+			s.cfg.Changes.Unfollowed(ctx, me, followee)
+		}
 	}
 	return c.NoContent(http.StatusNoContent)
 }

@@ -14,3 +14,22 @@ type FollowCursor struct {
 	Since  time.Time
 	UserID int64
 }
+
+// EdgeState is whether Follower follows Followee, as of Version of the
+// follower's graph: every change to whom a user follows takes the next
+// version of that user's graph, in the PostgreSQL transaction that makes it.
+// Redis applies an EdgeState only when it is newer than the one it holds, so
+// that states applied late, twice or out of order cannot undo a newer one.
+type EdgeState struct {
+	Follower, Followee int64
+	Following          bool
+	Version            int64
+}
+
+// EdgeChange is a follow or an unfollow as PostgreSQL committed it: the
+// state it left, and whether it changed anything (following twice does
+// not, yet takes a version all the same).
+type EdgeChange struct {
+	EdgeState
+	Changed bool
+}

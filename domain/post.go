@@ -36,3 +36,25 @@ type FeedPage struct {
 	// Next is the id to read below for the next page, 0 on the last page.
 	Next int64
 }
+
+// Entry is a post as fan-out carries it into feeds: the post and its
+// author, the two ids that always travel together (never as two bare
+// int64s, whose order is easy to swap).
+type Entry struct {
+	PostID   int64
+	AuthorID int64
+}
+
+// PushResult is what a push of an entry into followers' feeds did.
+type PushResult struct {
+	// Added is how many feeds gained the entry.
+	Added int
+	// Holders are the followers whose feed holds the entry now: it gained
+	// it, or had it already. A feed that refused it (its reader unfollowed
+	// the author since the page of followers was read, or it is below the
+	// feed's bound) or that is not in Redis is not among them.
+	Holders []int64
+	// Missing are the followers whose feed is not in Redis: their next
+	// read rebuilds it from PostgreSQL.
+	Missing []int64
+}

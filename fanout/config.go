@@ -97,6 +97,9 @@ type Config struct {
 type Live interface {
 	// Pushed: post by author is in the feeds of followers now.
 	Pushed(ctx context.Context, postID, authorID int64, followers []int64)
+	// Unsure: the feeds of readers are not in Redis, and what they hold now
+	// is for a read to learn (which rebuilds them).
+	Unsure(ctx context.Context, readers []int64)
 	// Removed: post left the feeds of readers.
 	Removed(ctx context.Context, postID int64, readers []int64)
 	// Pulled and Unpulled: a celebrity's post was added to, or deleted
@@ -113,6 +116,7 @@ type noLive struct{}
 
 func (noLive) Pushed(context.Context, int64, int64, []int64) {}
 func (noLive) Removed(context.Context, int64, []int64)       {}
+func (noLive) Unsure(context.Context, []int64)               {}
 func (noLive) Pulled(context.Context, int64, int64)          {}
 func (noLive) Unpulled(context.Context, int64, int64)        {}
 func (noLive) Followed(context.Context, int64, int64)        {}

@@ -2,50 +2,33 @@ package fanout
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/failpoint"
 )
 
-// applyFollowState applies the follow state as it is now, not as the event says
-// (follow.created and follow.deleted alike), so that events handled late,
-// twice or out of order (an unfollow before its follow) cannot leave an
-// unfollowed author in a feed: it reads the state first and applies it, so a
-// follow.created handled after the unfollow merges nothing, not even for a
-// moment, and a follow.deleted handled after a new follow removes nothing. A
-// change committed while the state is applied is seen by the check after the
-// write, and applied in turn; a change committed later runs its own clean-up
-// (in the API and in its event) after this write, so nothing slips between.
+// applyFollowState applies the follow state PostgreSQL has now, with its
+// version, not what the event says (follow.created and follow.deleted
+// alike): an event handled late, twice or out of order (an unfollow's
+// before its follow's) applies the current state, which Redis takes only
+// if it is newer than the one it holds. So a handler overtaken between its
+// read and its write — by the API's application of a newer change, or by
+// the newer change's own event — changes nothing.
 func (w *Worker) applyFollowState(ctx context.Context, p domain.FollowPayload) error {
-	following, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
+	st, err := w.graph.FollowState(ctx, p.FollowerID, p.FolloweeID)
 	if err != nil {
 		return err
 	}
 	failpoint.Hit(ctx, failpoint.BeforeApply)
-	for range maxFollowRounds {
-		if following {
-			added, err := w.feeds.Followed(ctx, p.FollowerID, p.FolloweeID)
-			w.metrics.entries.Add(float64(added))
-			if err != nil {
-				return err
-			}
-			w.cfg.Live.Followed(ctx, p.FollowerID, p.FolloweeID)
-		} else {
-			if err := w.feeds.Unfollowed(ctx, p.FollowerID, p.FolloweeID); err != nil {
-				return err
-			}
-			w.cfg.Live.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
-		}
-		now, err := w.graph.IsFollowing(ctx, p.FollowerID, p.FolloweeID)
-		if err != nil || now == following {
-			return err
-		}
-		following = now
+	added, applied, err := w.feeds.ApplyFollow(ctx, st)
+	w.metrics.entries.Add(float64(added))
+	if err != nil || !applied {
+		return err
 	}
-	return fmt.Errorf("follow of %d by %d keeps changing", p.FolloweeID, p.FollowerID)
+	if st.Following {
+		w.cfg.Live.Followed(ctx, p.FollowerID, p.FolloweeID)
+	} else {
+		w.cfg.Live.Unfollowed(ctx, p.FollowerID, p.FolloweeID)
+	}
+	return nil
 }
-
-// maxFollowRounds bounds how often applyFollowState applies a state that keeps
-// changing under it; the event then fails and is retried after a backoff.
-const maxFollowRounds = 4

@@ -42,7 +42,7 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 				return outcomeDone, err
 			}
 		}
-		if err := w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+		if err := w.feeds.AddToTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
 			return outcomeDone, err
 		}
 		w.cfg.Live.Pulled(ctx, p.PostID, p.AuthorID)
@@ -56,14 +56,14 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if pulled {
 		// A former celebrity: readers still merge the timeline (it holds
 		// the posts that went nowhere else), so it must stay complete.
-		if err := w.feeds.AddToTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+		if err := w.feeds.AddToTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
 			return outcomeDone, err
 		}
 	}
 	if followers > int64(w.cfg.ChunkSize) {
 		return w.split(ctx, t.ID, p)
 	}
-	return outcomeDone, w.push(ctx, p.PostID, p.AuthorID, 0, 0, first)
+	return outcomeDone, w.push(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}, 0, 0, first)
 }
 
 // firstDelivery reports whether t is its event's first delivery, claim and
@@ -97,27 +97,34 @@ func (w *Worker) pushChunk(ctx context.Context, t domain.Delivery, c domain.Chun
 	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
 		return err
 	}
-	return w.push(ctx, c.PostID, c.AuthorID, c.After, c.Until, firstDelivery(t))
+	return w.push(ctx, domain.Entry{PostID: c.PostID, AuthorID: c.AuthorID}, c.After, c.Until, firstDelivery(t))
 }
 
-// push writes a post into the feeds of the author's followers in (after,
-// until] (until 0: no bound). first: see Feeds.Push.
-func (w *Worker) push(ctx context.Context, postID, authorID, after, until int64, first bool) error {
+// push writes entry e into the feeds of its author's followers in (after,
+// until] (until 0: no bound). first: see Feeds.Push. The live streams are
+// told of the readers whose feed holds the entry, not of the whole page: a
+// reader whose feed refused it (an unfollow since the page was read) would
+// be shown a post the feed does not have. A reader whose feed is not in
+// Redis is told to read it again (which rebuilds it from PostgreSQL).
+func (w *Worker) push(ctx context.Context, e domain.Entry, after, until int64, first bool) error {
 	// Read before the pages: a feed whose reader unfollowed someone, or was
 	// rebuilt, after this point is checked against whom they follow now.
 	asOf, err := w.graph.WritePosition(ctx)
 	if err != nil {
 		return err
 	}
-	return w.eachFollowerPage(ctx, authorID, after, until, func(ctx context.Context, followers []int64) error {
+	return w.eachFollowerPage(ctx, e.AuthorID, after, until, func(ctx context.Context, followers []int64) error {
 		failpoint.Hit(ctx, failpoint.BeforePush)
-		added, err := w.feeds.Push(ctx, authorID, postID, followers, asOf, first)
-		w.metrics.entries.Add(float64(added))
-		if err == nil {
-			w.cfg.Live.Pushed(ctx, postID, authorID, followers)
+		res, err := w.feeds.Push(ctx, e, followers, asOf, first)
+		w.metrics.entries.Add(float64(res.Added))
+		if len(res.Holders) > 0 {
+			w.cfg.Live.Pushed(ctx, e.PostID, e.AuthorID, res.Holders)
+		}
+		if len(res.Missing) > 0 {
+			w.cfg.Live.Unsure(ctx, res.Missing)
 		}
 		if span := trace.SpanFromContext(ctx); span.IsRecording() {
-			span.SetAttributes(attribute.Int("newsfeed.page.entries", added))
+			span.SetAttributes(attribute.Int("newsfeed.page.entries", res.Added))
 		}
 		return err
 	})
@@ -127,7 +134,7 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
 		return err
 	}
-	if err := w.feeds.RemoveFromTimeline(ctx, p.AuthorID, p.PostID); err != nil {
+	if err := w.feeds.RemoveFromTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
 		return err
 	}
 	// A celebrity's post went to the timeline only: no follower's feed

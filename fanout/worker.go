@@ -41,8 +41,9 @@ type Graph interface {
 	// page of followers read after the call sees every change committed
 	// before it.
 	WritePosition(ctx context.Context) (int64, error)
-	// IsFollowing reports whether follower follows followee now.
-	IsFollowing(ctx context.Context, follower, followee int64) (bool, error)
+	// FollowState returns whether follower follows followee now, with the
+	// version of the follower's graph it was read at.
+	FollowState(ctx context.Context, follower, followee int64) (domain.EdgeState, error)
 	// Reach returns how many followers a user has (a maintained count) and
 	// whether their posts were ever pulled at read time.
 	Reach(ctx context.Context, userID int64) (followers int64, pulled bool, err error)
@@ -61,17 +62,18 @@ type Graph interface {
 
 // Feeds is what the worker writes.
 type Feeds interface {
-	// Push adds a post by authorID to the existing feeds among followers
-	// whose readers follow the author now, and returns how many gained it.
+	// Push adds an entry to the existing feeds among followers whose
+	// readers follow its author now, and returns how many gained it and
+	// whose feeds hold it.
 	// asOf is the Graph's write position read before the followers were.
 	// first says that no feed can hold the post yet (the first delivery of
 	// its fan-out), which lets the feeds take it without looking.
-	Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error)
-	// Followed merges the followee's recent posts into the follower's feed
-	// and returns how many were new.
-	Followed(ctx context.Context, follower, followee int64) (int, error)
-	// Unfollowed removes the followee's posts from the follower's feed.
-	Unfollowed(ctx context.Context, follower, followee int64) error
+	Push(ctx context.Context, e domain.Entry, followers []int64, asOf int64, first bool) (domain.PushResult, error)
+	// ApplyFollow applies a follow state to the follower's feed unless a
+	// newer one is there (applied is false then): a follow merges the
+	// followee's recent posts (added: how many were new), an unfollow
+	// removes them.
+	ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error)
 	// Remove takes posts out of the feeds of users.
 	Remove(ctx context.Context, users []int64, postIDs []int64) error
 	// ForgetPost hides a deleted post from every read at once.
@@ -80,8 +82,8 @@ type Feeds interface {
 	// into feeds at read time instead of fanned out.
 	IsCelebrity(followers int64) bool
 	// AddToTimeline and RemoveFromTimeline keep a celebrity's timeline.
-	AddToTimeline(ctx context.Context, authorID, postID int64) error
-	RemoveFromTimeline(ctx context.Context, authorID, postID int64) error
+	AddToTimeline(ctx context.Context, e domain.Entry) error
+	RemoveFromTimeline(ctx context.Context, e domain.Entry) error
 }
 
 // Outbox is how the worker reports the outcome of an event.

@@ -407,40 +407,36 @@ func userRange(from, to int64) []int64 {
 type hookedFeeds struct {
 	fanout.Feeds
 	beforePush       func(ctx context.Context) error
-	beforeFollowed   func(ctx context.Context, follower, followee int64) error
-	beforeUnfollowed func(ctx context.Context, follower, followee int64) error
+	beforeFollowed   func(ctx context.Context, follower, followee int64) error // before a following state is applied
+	beforeUnfollowed func(ctx context.Context, follower, followee int64) error // before a not-following state is
 
 	pushes, followed, unfollowed atomic.Int64
 }
 
-func (f *hookedFeeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error) {
+func (f *hookedFeeds) Push(ctx context.Context, e domain.Entry, followers []int64, asOf int64, first bool) (domain.PushResult, error) {
 	f.pushes.Add(1)
 	if f.beforePush != nil {
 		if err := f.beforePush(ctx); err != nil {
-			return 0, err
+			return domain.PushResult{}, err
 		}
 	}
-	return f.Feeds.Push(ctx, authorID, postID, followers, asOf, first)
+	return f.Feeds.Push(ctx, e, followers, asOf, first)
 }
 
-func (f *hookedFeeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
-	f.followed.Add(1)
-	if f.beforeFollowed != nil {
-		if err := f.beforeFollowed(ctx, follower, followee); err != nil {
-			return 0, err
+// ApplyFollow counts an application of a follow state in followed or
+// unfollowed, and runs beforeFollowed or beforeUnfollowed first.
+func (f *hookedFeeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (int, bool, error) {
+	count, hook := &f.unfollowed, f.beforeUnfollowed
+	if st.Following {
+		count, hook = &f.followed, f.beforeFollowed
+	}
+	count.Add(1)
+	if hook != nil {
+		if err := hook(ctx, st.Follower, st.Followee); err != nil {
+			return 0, false, err
 		}
 	}
-	return f.Feeds.Followed(ctx, follower, followee)
-}
-
-func (f *hookedFeeds) Unfollowed(ctx context.Context, follower, followee int64) error {
-	f.unfollowed.Add(1)
-	if f.beforeUnfollowed != nil {
-		if err := f.beforeUnfollowed(ctx, follower, followee); err != nil {
-			return err
-		}
-	}
-	return f.Feeds.Unfollowed(ctx, follower, followee)
+	return f.Feeds.ApplyFollow(ctx, st)
 }
 
 var errOnFire = errors.New("redis is on fire")
@@ -1079,7 +1075,7 @@ func TestFollow(t *testing.T) {
 		for _, u := range []int64{reader, nonReader} {
 			created, err := b.db.Follow(t.Context(), u, followee)
 			require.NoError(t, err)
-			require.True(t, created)
+			require.True(t, created.Changed)
 		}
 		b.deliver(t)
 
@@ -1120,7 +1116,7 @@ func TestFollow(t *testing.T) {
 
 		removed, err := b.db.Unfollow(t.Context(), reader, dropped)
 		require.NoError(t, err)
-		require.True(t, removed)
+		require.True(t, removed.Changed)
 		b.deliver(t)
 
 		require.Equal(t, keptPosts, b.feedPosts(t, reader))

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 )
 
@@ -62,7 +63,7 @@ func TestAppendToLostHeadLeavesNoKeyWithoutTTL(t *testing.T) {
 	b.rdb.AddHook(failHook{after: &after, armed: &armed})
 	after.Store(true)
 	p2 := b.post(t, 1)
-	_, _ = b.feeds.Push(ctx, 1, p2, []int64{10}, b.now(t), true) // a second step, if any, fails
+	_, _ = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: p2, AuthorID: 1}, []int64{10}, b.now(t), true)) // a second step, if any, fails
 	armed.Store(false)
 	after.Store(false)
 	require.Zero(t, b.rdb.Exists(ctx, keys[0], keys[1]).Val(), "the set whose head was lost is dropped by the first step")
@@ -141,7 +142,7 @@ func TestReadIsOneMomentAcrossATrim(t *testing.T) {
 	}
 	require.Equal(t, reversed(ids), b.readAll(t, 10, 20)) // whole: 11 < 12
 	ids = append(ids, b.post(t, 1))
-	_, err := b.feeds.Push(ctx, 1, ids[11], []int64{10}, b.now(t), true)
+	_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: ids[11], AuthorID: 1}, []int64{10}, b.now(t), true))
 	require.NoError(t, err)
 	s := b.stored(t, 10)
 	require.True(t, s.Whole)
@@ -151,7 +152,7 @@ func TestReadIsOneMomentAcrossATrim(t *testing.T) {
 	ids = append(ids, last)
 	asOf := b.now(t)
 	b.rdb.AddHook(splitHook{key: feed.Key(b.prefix, 10), once: &sync.Once{}, action: func() {
-		_, err := b.feeds.Push(ctx, 1, last, []int64{10}, asOf, true) // spills, trims ids[0]
+		_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: last, AuthorID: 1}, []int64{10}, asOf, true)) // spills, trims ids[0]
 		require.NoError(t, err)
 	}})
 	page, err := b.feeds.Read(ctx, 10, 0, 20)

@@ -53,7 +53,7 @@ func BenchmarkPush(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		n, err := feeds.Push(ctx, benchAuthor, int64(i+1), followers, seededAsOf+1, true)
+		n, err := pushCount(feeds.Push(ctx, domain.Entry{PostID: int64(i + 1), AuthorID: benchAuthor}, followers, seededAsOf+1, true))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -3,13 +3,13 @@ package feed
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
@@ -38,7 +38,8 @@ func (f *Feeds) IsCelebrity(followers int64) bool {
 // exists (a read rebuilds a missing one from PostgreSQL). It first adds the
 // author to the pulled authors, so that every read from then on merges the
 // timeline.
-func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error {
+func (f *Feeds) AddToTimeline(ctx context.Context, e domain.Entry) error {
+	authorID, postID := e.AuthorID, e.PostID
 	since := f.replicas.Begin(ctx, f.keys.pulled(), f.keys.timeline(authorID))
 	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
 	if err == nil {
@@ -54,7 +55,8 @@ func (f *Feeds) AddToTimeline(ctx context.Context, authorID, postID int64) error
 }
 
 // RemoveFromTimeline takes a deleted post out of its author's timeline.
-func (f *Feeds) RemoveFromTimeline(ctx context.Context, authorID, postID int64) error {
+func (f *Feeds) RemoveFromTimeline(ctx context.Context, e domain.Entry) error {
+	authorID, postID := e.AuthorID, e.PostID
 	since := f.replicas.Begin(ctx, f.keys.timeline(authorID))
 	_, err := f.runOverKeys(ctx, removeScript, f.keys.timelineSet(authorID).list(), 3, postID)
 	if err == nil {
@@ -84,16 +86,16 @@ func (f *Feeds) celebrities(ctx context.Context, userID int64, meta readMeta) ([
 	if list, ok := strings.CutPrefix(meta.celebCache, tag); ok {
 		return parseIDs(list), nil
 	}
-	fields, err := f.rdb.HKeys(ctx, f.keys.following(userID)).Result()
+	fields, err := f.rdb.HGetAll(ctx, f.keys.following(userID)).Result()
 	if err != nil {
 		return nil, fmt.Errorf("celebrities followed by %d: %w", userID, err)
 	}
-	if !slices.Contains(fields, versionField) {
+	if _, ok := fields[versionField]; !ok {
 		return nil, errFromPostgres // the hash went since the page began (a follow, an unfollow)
 	}
 	var followees []any
-	for _, m := range fields {
-		if m != versionField {
+	for m, v := range fields {
+		if followed(m, v) {
 			followees = append(followees, m)
 		}
 	}

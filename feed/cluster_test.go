@@ -7,6 +7,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
@@ -27,7 +28,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 	const author = 1
 	followers := seedSpreadReaders(t, f, author)
 
-	n, err := f.Push(ctx, author, 11, followers, 0, true)
+	n, err := pushCount(f.Push(ctx, domain.Entry{PostID: 11, AuthorID: author}, followers, 0, true))
 	require.NoError(t, err)
 	require.Equal(t, len(followers), n)
 
@@ -39,7 +40,7 @@ func TestPushCountsEveryEntryWhenOneNodeForgotItsScripts(t *testing.T) {
 		flushed = true
 		return node.ScriptFlush(ctx).Err()
 	}))
-	n, err = f.Push(ctx, author, 12, followers, 0, true)
+	n, err = pushCount(f.Push(ctx, domain.Entry{PostID: 12, AuthorID: author}, followers, 0, true))
 	require.NoError(t, err)
 	require.Equal(t, len(followers), n, "every entry written is counted, once")
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -238,8 +239,10 @@ const allEntries = 0
 // readSet reads set's meta, head and the chunks of its tail that hold its n
 // newest entries below before (n allEntries: the whole tail), in one call
 // of readScript: one moment, whatever changes the set around the read.
-func readSet(ctx context.Context, p redis.Pipeliner, set setKeys, before int64, n int) setRead {
-	return setRead{p.EvalSha(ctx, readScript.Hash(), set.list(), before, n)}
+// keep (not 0) makes a complete set live that long from now (see
+// readScript).
+func readSet(ctx context.Context, p redis.Pipeliner, set setKeys, before int64, n int, keep time.Duration) setRead {
+	return setRead{p.EvalSha(ctx, readScript.Hash(), set.list(), before, n, int64(keep/time.Second))}
 }
 
 // decode is decodeSet of what readScript answered; an error is the call's
@@ -342,7 +345,7 @@ func inspect(ctx context.Context, rdb redis.UniversalClient, sets []setKeys) ([]
 	// Each command's error is its own.
 	_, _ = pipelinedReads(ctx, rdb, func(p redis.Pipeliner) error {
 		for i, set := range sets {
-			cmds[i] = readSet(ctx, p, set, math.MaxInt64, allEntries)
+			cmds[i] = readSet(ctx, p, set, math.MaxInt64, allEntries, 0)
 		}
 		return nil
 	})

@@ -24,8 +24,9 @@ type Store interface {
 	// AuthorPostIDsBetween returns the author's live post ids in
 	// [since, before), newest first, at most limit.
 	AuthorPostIDsBetween(ctx context.Context, authorID, since, before int64, limit int) ([]int64, error)
-	// Followees returns everyone followerID follows.
-	Followees(ctx context.Context, followerID int64) ([]int64, error)
+	// Followees returns everyone followerID follows, and the version of
+	// their graph it was read at.
+	Followees(ctx context.Context, followerID int64) (followees []int64, version int64, err error)
 	// PulledAuthors returns the authors whose posts were ever pulled into
 	// feeds at read time instead of pushed.
 	PulledAuthors(ctx context.Context) ([]int64, error)

@@ -189,7 +189,7 @@ func TestRead(t *testing.T) {
 		page, err := b.feeds.Read(ctx, 10, 0, 2)
 		require.NoError(t, err)
 		newer := b.post(t, 1)
-		_, err = b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t), true)
+		_, err = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: newer, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
 		got := []int64{page.Posts[0].ID, page.Posts[1].ID}
 		for before := page.Next; before != 0; {
@@ -275,7 +275,7 @@ func TestRead(t *testing.T) {
 		// A post created and fanned out while the rebuild reads PostgreSQL:
 		// the rebuild's snapshot may miss it, the push must not.
 		newer := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, newer, []int64{10}, b.now(t), true)
+		n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: newer, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "the feed under rebuild accepts pushes")
 		close(b.store.gate)
@@ -318,13 +318,13 @@ func TestPush(t *testing.T) {
 		b.follow(t, 11, 1)
 		require.Empty(t, b.readAll(t, 10, 20)) // builds feed 10
 		id := b.post(t, 1)
-		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
+		n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), false)
+		n, err = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11}, b.now(t), false))
 		require.NoError(t, err)
 		require.Zero(t, n, "a repeated push adds nothing")
-		n, err = b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
+		n, err = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, 1, n, "a push taken for a first one appends without looking…")
 		require.Equal(t, []int64{id}, b.stored(t, 10).IDs, "…and the feed still holds the post once")
@@ -343,7 +343,7 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		for id := int64(1); id <= 10; id++ {
-			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), true)
+			_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10}, b.now(t), true))
 			require.NoError(t, err)
 		}
 		stored := b.stored(t, 10)
@@ -357,9 +357,9 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		const maxID = 1<<53 - 1 // the schema caps the post id sequence here
-		_, err := b.feeds.Push(ctx, 1, maxID, []int64{10}, b.now(t), true)
+		_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: maxID, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
-		_, err = b.feeds.Push(ctx, 1, maxID-1, []int64{10}, b.now(t), true)
+		_, err = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: maxID - 1, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
 		ids := b.stored(t, 10).IDs
 		require.Equal(t, []int64{maxID - 1, maxID}, ids[len(ids)-2:])
@@ -371,7 +371,7 @@ func TestPush(t *testing.T) {
 		b.follow(t, 10, 1)
 		require.Empty(t, b.readAll(t, 10, 20))
 		require.NoError(t, b.rdb.ScriptFlush(ctx).Err())
-		n, err := b.feeds.Push(ctx, 1, 5, []int64{10}, b.now(t), true)
+		n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: 5, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
 	})
@@ -387,7 +387,7 @@ func TestFollowAndUnfollow(t *testing.T) {
 
 	p1, p2, p3 := b.post(t, 2), b.post(t, 2), b.post(t, 2)
 	b.follow(t, 10, 2)
-	n, err := b.feeds.Followed(ctx, 10, 2)
+	n, err := applyFollowState(ctx, b.db, b.feeds, 10, 2)
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "backfill merges the followee's newest posts, up to feed.backfill")
 	// p1 was not merged: the feed keeps no entry below p2, and reads go on
@@ -399,7 +399,7 @@ func TestFollowAndUnfollow(t *testing.T) {
 
 	_, err = b.db.Unfollow(ctx, 10, 2)
 	require.NoError(t, err)
-	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
+	require.NoError(t, applyUnfollowState(ctx, b.db, b.feeds, 10, 2))
 	require.Equal(t, []int64{own}, b.readAll(t, 10, 20))
 }
 
@@ -418,7 +418,7 @@ func TestInactiveFeedsExpire(t *testing.T) {
 	require.NoError(t, b.rdb.PExpire(ctx, b.feedKey(10), time.Millisecond).Err())
 	require.Eventually(t, func() bool { return b.rdb.Exists(ctx, b.feedKey(10)).Val() == 0 }, time.Second, time.Millisecond)
 	second := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t), true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: second, AuthorID: 1}, []int64{10}, b.now(t), true))
 	require.NoError(t, err)
 	require.Zero(t, n, "no work and no memory for a reader who is away")
 	// …and their return rebuilds it, with everything.
@@ -458,10 +458,10 @@ func TestFeedsStayComplete(t *testing.T) {
 		}
 		require.Len(t, b.readAll(t, 10, 20), 4) // built, a prefix... or whole
 		b.follow(t, 10, 2)
-		_, err := b.feeds.Followed(ctx, 10, 2) // 3 of 5: floored
+		_, err := applyFollowState(ctx, b.db, b.feeds, 10, 2) // 3 of 5: floored
 		require.NoError(t, err)
 		b.follow(t, 10, 4)
-		_, err = b.feeds.Followed(ctx, 10, 4) // one old post
+		_, err = applyFollowState(ctx, b.db, b.feeds, 10, 4) // one old post
 		require.NoError(t, err)
 		require.Equal(t, b.truth(t, 10), b.readAll(t, 10, 2))
 		require.Contains(t, b.readAll(t, 10, 100), old)
@@ -482,9 +482,9 @@ func TestFeedsStayComplete(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []int64{late}, b.readAll(t, 10, 20)) // rebuilt: whole
 		b.follow(t, 10, 2)
-		_, err = b.feeds.Followed(ctx, 10, 2) // floored at the second of those three
+		_, err = applyFollowState(ctx, b.db, b.feeds, 10, 2) // floored at the second of those three
 		require.NoError(t, err)
-		n, err := b.feeds.Push(ctx, 1, late, []int64{10}, b.now(t), true)
+		n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: late, AuthorID: 1}, []int64{10}, b.now(t), true))
 		require.NoError(t, err)
 		require.Zero(t, n, "older than what the prefix holds: left to PostgreSQL")
 		require.Equal(t, b.truth(t, 10), b.readAll(t, 10, 2))
@@ -502,7 +502,7 @@ func TestFeedsStayComplete(t *testing.T) {
 		<-b.store.entered // the rebuild has read PostgreSQL with both follows
 		_, err := b.db.Unfollow(ctx, 10, 2)
 		require.NoError(t, err)
-		require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
+		require.NoError(t, applyUnfollowState(ctx, b.db, b.feeds, 10, 2))
 		close(b.store.gate)
 		require.NoError(t, <-done)
 		b.store.gate = nil
@@ -541,3 +541,24 @@ func TestFeedsStayComplete(t *testing.T) {
 		require.Equal(t, before, b.store.reads.Load(), "the whole history is in Redis: no PostgreSQL read")
 	})
 }
+
+// applyFollowState applies to f what PostgreSQL has of follower → followee
+// now, with its version, as the API does after a follow: it returns how
+// many posts the follow merged.
+func applyFollowState(ctx context.Context, db *store.DB, f *feed.Feeds, follower, followee int64) (int, error) {
+	st, err := db.FollowState(ctx, follower, followee)
+	if err != nil {
+		return 0, err
+	}
+	n, _, err := f.ApplyFollow(ctx, st)
+	return n, err
+}
+
+// applyUnfollowState is applyFollowState after an unfollow.
+func applyUnfollowState(ctx context.Context, db *store.DB, f *feed.Feeds, follower, followee int64) error {
+	_, err := applyFollowState(ctx, db, f, follower, followee)
+	return err
+}
+
+// pushed is what the tests count of a push: how many feeds gained it.
+func pushCount(res domain.PushResult, err error) (int, error) { return res.Added, err }

@@ -3,43 +3,106 @@ package feed
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
-// Followed records in Redis that follower follows followee now and merges up
-// to Backfill recent posts of followee into follower's feed (if it exists),
-// keeping the feed a complete prefix: when the followee may have older posts
-// than those merged, the feed keeps only what is at or above the oldest one
-// merged (with no backfill: what is newer than the followee's newest post),
-// and reads find the rest in PostgreSQL. The follow is recorded before the
-// posts are read, so that a post of the followee committed after the read
-// is pushed, not refused. It returns how many posts were new.
-func (f *Feeds) Followed(ctx context.Context, follower, followee int64) (int, error) {
-	since := f.replicas.Begin(ctx, f.keys.feed(follower), f.keys.following(follower))
-	n, err := f.followed(ctx, follower, followee)
+// ApplyFollow applies st — whether the reader follows the followee, as of a
+// version of the reader's graph — to the reader's feed and following hash,
+// unless Redis holds the state of a newer version already (then a state
+// applied late, by a request stalled after its commit or an event handled
+// after a newer change, changes nothing). A follow merges up to Backfill
+// recent posts of the followee and returns how many were new; an unfollow
+// removes the followee's posts. Applying the same state twice is safe: the
+// second completes what a failed first one left. applied is false when
+// the state was stale.
+func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error) {
+	since := f.replicas.Begin(ctx, f.keys.feed(st.Follower), f.keys.following(st.Follower))
+	if st.Following {
+		added, err = f.followed(ctx, st)
+	} else {
+		err = f.unfollowed(ctx, st)
+	}
+	if errors.Is(err, errStale) {
+		return 0, false, nil
+	}
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
 	if err != nil {
-		return n, fmt.Errorf("backfill feed %d: %w", follower, err)
+		return added, false, fmt.Errorf("apply follow state to feed %d: %w", st.Follower, err)
 	}
-	return n, nil
+	return added, true, nil
 }
 
-func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, error) {
-	keys := append(f.keys.feedSet(follower).list(), f.keys.following(follower))
-	there, err := followScript.Run(ctx, f.rdb, keys, followee, f.ttlSeconds()).Int()
+// MarkGraphChange marks, for a moment, a change of userID's graph in
+// flight (a follow, an unfollow), before it commits. From its commit to its
+// application in Redis, PostgreSQL shows the change and Redis does not yet
+// (or, for a follow, only in part: fan-outs that read their pages of
+// followers after the commit push the followee's new posts into the feed
+// before its older ones are merged). While the mark stands, reads take
+// their pages from PostgreSQL — one snapshot each, never older than the
+// one before — so that no read shows a change half done, or undone after a
+// read showed it. Call unmark once the change is applied; a change whose
+// application failed leaves its mark to expire (graphMarkTTL), and reads
+// meanwhile come from PostgreSQL, which has it. An error (Redis down) leaves
+// nothing to undo.
+func (f *Feeds) MarkGraphChange(ctx context.Context, userID int64) (unmark func(), err error) {
+	key := f.keys.graphMark(userID)
+	_, err = f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.Incr(ctx, key)
+		p.PExpire(ctx, key, graphMarkTTL)
+		return nil
+	})
+	if err != nil {
+		return func() {}, fmt.Errorf("mark graph change of %d: %w", userID, err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unmarkGraphScript.Run(ctx, f.rdb, []string{key}).Err() // it expires anyway
+	}, nil
+}
+
+// graphMarkTTL bounds a graph change's mark: longer than any request lasts
+// and than the change's event usually takes to apply it after a failure.
+const graphMarkTTL = 10 * time.Second
+
+// errStale says that Redis holds a newer follow state than the one applied.
+var errStale = errors.New("a newer follow state is applied")
+
+// staleAnswer is what the follow and unfollow scripts answer for a stale
+// state.
+const staleAnswer = -2
+
+// followed records that the reader follows the followee and merges up to
+// Backfill recent posts of the followee into the reader's feed (if it
+// exists), keeping the feed a complete prefix: when the followee may have
+// older posts than those merged, the feed keeps only what is at or above
+// the oldest one merged (with no backfill: what is newer than the
+// followee's newest post), and reads find the rest in PostgreSQL. The
+// follow is recorded before the posts are read, so that a post of the
+// followee committed after the read is pushed, not refused.
+func (f *Feeds) followed(ctx context.Context, st domain.EdgeState) (int, error) {
+	keys := append(f.keys.feedSet(st.Follower).list(), f.keys.following(st.Follower))
+	there, err := followScript.Run(ctx, f.rdb, keys, st.Followee, f.ttlSeconds(), st.Version).Int()
 	if err != nil {
 		return 0, err
 	}
-	if there == 0 {
-		return 0, nil // no feed (any more): the next read rebuilds it with the follow
+	switch there {
+	case staleAnswer:
+		return 0, errStale
+	case 0:
+		return 0, nil // no feed (any more): the next read rebuilds it
 	}
-	ids, err := f.store.AuthorPostIDsSince(ctx, followee, 0, max(f.cfg.Backfill, 1))
+	ids, err := f.store.AuthorPostIDsSince(ctx, st.Followee, 0, max(f.cfg.Backfill, 1))
 	if err != nil {
 		return 0, err
 	}
@@ -53,32 +116,21 @@ func (f *Feeds) followed(ctx context.Context, follower, followee int64) (int, er
 	case len(ids) == f.cfg.Backfill: // the followee may have older posts
 		floor = ids[len(ids)-1]
 	}
-	args := append([]any{f.cfg.MaxLen, floor, followee}, int64sToArgs(ids)...)
+	args := append([]any{f.cfg.MaxLen, floor, st.Followee, st.Version}, int64sToArgs(ids)...)
 	return mergeScript.Run(ctx, f.rdb, keys, args...).Int()
 }
 
-// Unfollowed records in Redis that follower no longer follows followee and
-// removes followee's posts from follower's feed without scanning it: every
-// post of the followee that the feed holds is at or above the feed's lowest
-// entry (at any id, if the feed is whole), so those ids are read from
-// PostgreSQL, a page at a time, and removed. Pushes of the followee's posts
-// are refused from then on (the following hash no longer lists them), so
-// nothing comes back. Should the feed change under the read so that the
-// ids may not cover it, it looks again; a feed that keeps changing is
-// dropped, to be rebuilt by the next read.
-func (f *Feeds) Unfollowed(ctx context.Context, follower, followee int64) error {
-	since := f.replicas.Begin(ctx, f.keys.feed(follower), f.keys.following(follower))
-	err := f.unfollowed(ctx, follower, followee)
-	if err == nil {
-		err = f.replicas.Wait(ctx, since)
-	}
-	if err != nil {
-		return fmt.Errorf("unfill feed %d: %w", follower, err)
-	}
-	return nil
-}
-
-func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error {
+// unfollowed records that the reader no longer follows the followee and
+// removes the followee's posts from the reader's feed without scanning it:
+// every post of the followee that the feed holds is at or above the feed's
+// lowest entry (at any id, if the feed is whole), so those ids are read
+// from PostgreSQL, a page at a time, and removed. Pushes of the followee's
+// posts are refused from then on (the following hash no longer lists them
+// as followed), so nothing comes back. Should the feed change under the
+// read so that the ids may not cover it, it looks again; a feed that keeps
+// changing is dropped, to be rebuilt by the next read.
+func (f *Feeds) unfollowed(ctx context.Context, st domain.EdgeState) error {
+	follower, followee := st.Follower, st.Followee
 	keys := append(f.keys.feedSet(follower).list(), f.keys.following(follower))
 	// Read now, after the unfollow was committed (its event is being
 	// handled): a page of followers read after this position no longer
@@ -107,12 +159,15 @@ func (f *Feeds) unfollowed(ctx context.Context, follower, followee int64) error 
 				before = page[len(page)-1]
 			}
 		}
-		args := append([]any{followee, f.ttlSeconds(), seen, asOf}, int64sToArgs(ids)...)
+		args := append([]any{followee, f.ttlSeconds(), seen, asOf, st.Version}, int64sToArgs(ids)...)
 		n, err := unfollowScript.Run(ctx, f.rdb, keys, args...).Int()
 		if err != nil {
 			return err
 		}
-		if n >= 0 {
+		switch {
+		case n == staleAnswer:
+			return errStale
+		case n >= 0:
 			return nil
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -14,6 +15,33 @@ import (
 
 // tombstone is the post cache's value for a post that is deleted or missing.
 const tombstone = "-"
+
+// deleting is the post cache's value for a post whose delete is in flight
+// (MarkDeleting): reads ask PostgreSQL, and do not cache what it says.
+const deleting = "?"
+
+// MarkDeleting marks, for a moment, the delete of postID in flight, before
+// it commits: from its commit until ForgetPost writes the post's tombstone,
+// PostgreSQL says the post is deleted and the post cache does not yet, and
+// a read from each in turn would show the post gone, then back. While the
+// mark stands, reads hydrate the post from PostgreSQL (cachePosts writes
+// nothing over it); ForgetPost replaces it. Call undo if the delete did not
+// commit; an undo that is never called leaves the mark to expire
+// (deleteMarkTTL). An error (Redis down) leaves nothing to undo.
+func (f *Feeds) MarkDeleting(ctx context.Context, postID int64) (undo func(), err error) {
+	key := f.keys.post(postID)
+	if err := f.rdb.Set(ctx, key, deleting, deleteMarkTTL).Err(); err != nil {
+		return func() {}, fmt.Errorf("mark delete of post %d: %w", postID, err)
+	}
+	return func() {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = unmarkDeleteScript.Run(ctx, f.rdb, []string{key}, deleting).Err() // it expires anyway
+	}, nil
+}
+
+// deleteMarkTTL bounds a delete's mark: longer than any request lasts.
+const deleteMarkTTL = 10 * time.Second
 
 // hydrate turns post ids into posts, in the same order, dropping deleted
 // ones: one round trip to the post cache, and one to PostgreSQL for misses.

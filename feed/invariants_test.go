@@ -94,7 +94,7 @@ func (b *bundle) unfollow(t *testing.T, follower, followee int64) {
 	t.Helper()
 	_, err := b.db.Unfollow(context.Background(), follower, followee)
 	require.NoError(t, err)
-	require.NoError(t, b.feeds.Unfollowed(context.Background(), follower, followee))
+	require.NoError(t, applyUnfollowState(context.Background(), b.db, b.feeds, follower, followee))
 }
 
 // A feed.max_len of thousands: an unfollow must still remove every post of
@@ -131,7 +131,7 @@ func TestPushAfterUnfollowNeverShows(t *testing.T) {
 	late := b.post(t, 1) // its fan-out read follower 10 before the unfollow…
 	asOf := b.now(t)
 	b.unfollow(t, 10, 1)
-	n, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf, true) // …and writes after it
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: late, AuthorID: 1}, []int64{10}, asOf, true)) // …and writes after it
 	require.NoError(t, err)
 	require.Zero(t, n, "the feed refuses a post of an author its reader does not follow")
 	require.Equal(t, []int64{kept}, b.readAll(t, 10, 20))
@@ -149,7 +149,7 @@ func TestFollowWithoutBackfill(t *testing.T) {
 	mine := b.post(t, 1)
 	require.Equal(t, []int64{mine}, b.readAll(t, 10, 20), "a whole feed: one post")
 	b.follow(t, 10, 2)
-	_, err := b.feeds.Followed(ctx, 10, 2)
+	_, err := applyFollowState(ctx, b.db, b.feeds, 10, 2)
 	require.NoError(t, err)
 	require.Equal(t, []int64{mine, older}, b.readAll(t, 10, 20))
 	require.Equal(t, []int64{mine, older}, b.readAll(t, 10, 1))
@@ -289,7 +289,7 @@ func celebrityBundle(t *testing.T, n int) (*bundle, []int64) {
 		b.follow(t, 11, c)
 		require.NoError(t, b.db.MarkPulled(ctx, c))
 		id := b.post(t, c)
-		require.NoError(t, b.feeds.AddToTimeline(ctx, c, id))
+		require.NoError(t, b.feeds.AddToTimeline(ctx, domain.Entry{PostID: id, AuthorID: c}))
 		posts = append(posts, id)
 	}
 	slices.Reverse(posts)
@@ -425,7 +425,7 @@ func TestStalePushDuringARebuild(t *testing.T) {
 	b.unfollow(t, 10, 1) // the feed does not exist (never read, or lost)
 	done := b.readAsync(t, 10)
 	<-gs.entered // the rebuild read PostgreSQL, after the unfollow
-	_, err := b.feeds.Push(ctx, 1, late, []int64{10}, asOf, true)
+	_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: late, AuthorID: 1}, []int64{10}, asOf, true))
 	require.NoError(t, err)
 	close(gate)
 	<-done
@@ -456,7 +456,9 @@ func TestUnfollowAcrossARebuild(t *testing.T) {
 	_, err := b.db.Unfollow(ctx, 10, 1)
 	require.NoError(t, err)
 	unfollowed := make(chan error)
-	go func() { unfollowed <- b.feeds.Unfollowed(context.WithValue(ctx, pauseKey{}, true), 10, 1) }()
+	go func() {
+		unfollowed <- applyUnfollowState(context.WithValue(ctx, pauseKey{}, true), b.db, b.feeds, 10, 1)
+	}()
 	<-held // the unfollow looked at the feed (its placeholder) and is about to run its script
 	close(gate)
 	<-done // the rebuild finished, with the followee's post
@@ -519,12 +521,12 @@ func TestPostFannedOutDuringAFollow(t *testing.T) {
 	b.follow(t, 10, 2)
 	followed := make(chan error)
 	go func() {
-		_, err := b.feeds.Followed(context.WithValue(ctx, pauseKey{}, true), 10, 2)
+		_, err := applyFollowState(context.WithValue(ctx, pauseKey{}, true), b.db, b.feeds, 10, 2)
 		followed <- err
 	}()
 	<-gate.entered // the backfill was read
 	newer := b.post(t, 2)
-	_, err := b.feeds.Push(ctx, 2, newer, []int64{10}, b.now(t), true) // its fan-out sees follower 10
+	_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: newer, AuthorID: 2}, []int64{10}, b.now(t), true)) // its fan-out sees follower 10
 	require.NoError(t, err)
 	close(gate.release)
 	require.NoError(t, <-followed)
@@ -547,7 +549,7 @@ func TestPushesDuringARebuildAreNotTrimmed(t *testing.T) {
 	for range 4 {
 		id := b.post(t, 1)
 		pushed = append(pushed, id)
-		_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), true)
+		_, err := b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10}, b.now(t), true)
 		require.NoError(t, err)
 	}
 	deleted := pushed[3]

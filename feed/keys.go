@@ -24,9 +24,13 @@
 //
 // # Who the reader follows
 //
-// Beside each feed, a hash (following:{id}) holds whom the reader follows
-// now — a field per followee, and "v", a version that every change bumps and
-// whose presence says the hash is complete. It is written by the rebuild from
+// Beside each feed, a hash (follows:{id}) holds whom the reader follows
+// now — a field per followee, whose value is the version of the reader's
+// graph (from PostgreSQL) of the last follow state applied, plus one,
+// negated once unfollowed, so that a state applied late cannot undo a
+// newer one (see followField in lua/common.lua); "g",
+// the graph version a rebuild wrote the hash at; and "v", a count that
+// every change bumps and whose presence says the hash is complete. It is written by the rebuild from
 // PostgreSQL, in the same script that completes the feed, and changed by the
 // follow and unfollow scripts in the same call that changes the feed. The
 // push script adds a post only to the feed of a reader who follows its
@@ -58,6 +62,9 @@ const (
 	// versionField of the following hash counts its changes; the hash is
 	// complete when it is there.
 	versionField = "v"
+	// mergesField of the following hash counts the merges of follows
+	// pending (see markMerge in lua/common.lua).
+	mergesField = "mg"
 )
 
 // keys names every Redis key this package uses. Keys of one user share the
@@ -110,7 +117,30 @@ func (k keys) timelineSet(authorID int64) setKeys {
 	return setKeys{k.timeline(authorID), k.timelineHead(authorID), k.timelineTail(authorID)}
 }
 
-func (k keys) following(userID int64) string { return k.tagged("following", userID) }
+// following names the reader's following hash. (Its name changed with its
+// values, from 1 to signed versions: a process of the version before,
+// during a rolling upgrade, would read a "no longer followed" field as
+// followed. Each version finds the other's hashes missing, and rebuilds.)
+func (k keys) following(userID int64) string { return k.tagged("follows", userID) }
+
+// followed tells whether field and value of a following hash say that the
+// reader follows that user: the field is a user id, the value positive
+// (the version of the follow plus one; an unfollow leaves it negative).
+func followed(field string, value any) bool {
+	if _, err := strconv.ParseInt(field, 10, 64); err != nil {
+		return false // "v", "g", or a post recorded while the hash was rebuilt
+	}
+	s, ok := value.(string)
+	if !ok {
+		return false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return err == nil && n > 0
+}
+
+// graphMark counts the reader's graph changes in flight (see
+// Feeds.MarkGraphChange).
+func (k keys) graphMark(userID int64) string { return k.tagged("graphmark", userID) }
 
 func (k keys) rebuildLock(userID int64) string { return k.tagged("feedlock", userID) }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 )
 
@@ -132,16 +133,16 @@ func TestLayoutPushSpillWithLostTail(t *testing.T) {
 	require.Empty(t, b.readAll(t, 11, 20))
 	a, x, c, d, e := b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1), b.post(t, 1)
 	for _, id := range []int64{a, c, d, e} {
-		_, err := b.feeds.Push(ctx, 1, id, []int64{10, 11}, b.now(t), true)
+		_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 		require.NoError(t, err)
 	}
 	// x lands late, into the tail: 5 entries, one more than max_len (slack).
-	_, err := b.feeds.Push(ctx, 1, x, []int64{10, 11}, b.now(t), true)
+	_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: x, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 	require.NoError(t, err)
 	b.checkLayout(t, 10)
 	require.NoError(t, b.rdb.Del(ctx, feed.StorageKeys(b.prefix, 10)[2]).Err()) // 10's tail is lost
 	f := b.post(t, 1)
-	_, err = b.feeds.Push(ctx, 1, f, []int64{10, 11}, b.now(t), true)
+	_, err = pushCount(b.feeds.Push(ctx, domain.Entry{PostID: f, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 	assert.NoError(t, err, "push into a feed whose tail is lost")
 	require.True(t, b.stored(t, 11).Has(f), "the other reader of the page gained the post")
 	require.Equal(t, newestFirst(a, x, c, d, e, f), b.readAll(t, 10, 20))
@@ -165,7 +166,7 @@ func TestLayoutPushWithLostHead(t *testing.T) {
 	require.False(t, b.stored(t, 10).Exists, "a set without its head reads as missing")
 
 	p2 := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, 1, p2, []int64{10, 11}, b.now(t), true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: p2, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only 11's feed gained the post")
 	left, err := b.rdb.Exists(ctx, feed.StorageKeys(b.prefix, 10)...).Result()
@@ -191,7 +192,7 @@ func TestLayoutOutOfOrderAndRemoves(t *testing.T) {
 			ids = append(ids, b.post(t, 1))
 		}
 		push := func(id int64, first bool) {
-			_, err := b.feeds.Push(ctx, 1, id, []int64{10}, b.now(t), first)
+			_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10}, b.now(t), first))
 			require.NoError(t, err)
 			b.checkLayout(t, 10)
 		}
@@ -254,11 +255,11 @@ func TestLayoutSortedSetFromAnOlderVersion(t *testing.T) {
 	old := []redis.Z{{Score: 0, Member: "0"}, {Score: 0.5, Member: "w"}, {Score: float64(first), Member: first}}
 	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), old...).Err())
 
-	n, err := b.feeds.Push(ctx, 2, second, []int64{10}, b.now(t), true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: second, AuthorID: 2}, []int64{10}, b.now(t), true))
 	require.NoError(t, err)
 	require.Zero(t, n, "no push into a feed of another layout")
 	require.NoError(t, b.feeds.Remove(ctx, []int64{10}, []int64{first}))
-	_, err = b.feeds.Followed(ctx, 10, 2)
+	_, err = applyFollowState(ctx, b.db, b.feeds, 10, 2)
 	require.NoError(t, err)
 	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20), "rebuilt from PostgreSQL")
 	stored := b.stored(t, 10)
@@ -270,7 +271,7 @@ func TestLayoutSortedSetFromAnOlderVersion(t *testing.T) {
 	require.NoError(t, b.rdb.ZAdd(ctx, b.feedKey(10), old...).Err())
 	_, err = b.db.Unfollow(ctx, 10, 2)
 	require.NoError(t, err)
-	require.NoError(t, b.feeds.Unfollowed(ctx, 10, 2))
+	require.NoError(t, applyUnfollowState(ctx, b.db, b.feeds, 10, 2))
 	require.Equal(t, []int64{first}, b.readAll(t, 10, 20))
 }
 
@@ -288,7 +289,7 @@ func TestLayoutTwoKeyFeedFromAnOlderVersion(t *testing.T) {
 	old[0], old[1] = 0xF1, 1|2 // complete and whole, no entry: an empty feed to that version
 	require.NoError(t, b.rdb.Set(ctx, b.feedKey(10), old, time.Hour).Err())
 	second := b.post(t, 1)
-	n, err := b.feeds.Push(ctx, 1, second, []int64{10}, b.now(t), true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: second, AuthorID: 1}, []int64{10}, b.now(t), true))
 	require.NoError(t, err)
 	require.Zero(t, n, "no push into a feed of another layout")
 	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20), "rebuilt from PostgreSQL")

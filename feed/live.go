@@ -41,7 +41,7 @@ func (f *Feeds) Following(ctx context.Context, readers []int64, author int64) ([
 		switch {
 		case len(v) < 2 || v[1] == nil:
 			out[i] = -1 // no hash: no version field
-		case v[0] != nil:
+		case v[0] != nil && followed(field, v[0]):
 			out[i] = 1
 		}
 	}

@@ -6,14 +6,15 @@ import (
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/newsfeed/newsfeed/domain"
 )
 
-// Push adds post postID by authorID to the feeds of followers that exist,
-// whose readers follow the author now, and trims them. asOf is the
-// PostgreSQL write position (store.WritePosition) read before the followers
-// were: the feeds whose reader unfollowed someone or was rebuilt since are
-// checked against their following hash, the others need no lookup (0:
-// check every feed).
+// Push adds post e to the feeds of followers that exist, whose readers
+// follow the author now, and trims them. asOf is the PostgreSQL write
+// position (store.WritePosition) read before the followers were: the feeds
+// whose reader unfollowed someone or was rebuilt since are checked against
+// their following hash, the others need no lookup (0: check every feed).
 //
 // first says that no feed can hold the post yet — the first delivery of
 // its fan-out —, and then each feed takes it without being read (see
@@ -26,35 +27,36 @@ import (
 // A push is two steps: appendScript appends the post to the feeds it can
 // (nearly all of a first push's), reading two small keys each, and hands
 // back the others, which pushScript serves, and the heads it filled, which
-// spillScript spills. It returns how many feeds gained the entry: with
-// first, how many it was appended to; otherwise a repeated push gains none.
-func (f *Feeds) Push(ctx context.Context, authorID, postID int64, followers []int64, asOf int64, first bool) (int, error) {
+// spillScript spills. It returns how many feeds gained the entry (with
+// first, how many it was appended to; otherwise a repeated push gains
+// none) and the followers whose feed holds it now.
+func (f *Feeds) Push(ctx context.Context, e domain.Entry, followers []int64, asOf int64, first bool) (domain.PushResult, error) {
 	metas := make([]string, len(followers))
 	for i, u := range followers {
 		metas[i] = f.keys.feed(u)
 	}
 	since := f.replicas.Begin(ctx, metas...) // the feeds' other keys share their slots
-	if err := f.order.acquire(ctx, postID); err != nil {
-		return 0, fmt.Errorf("push post %d to feeds: %w", postID, err)
+	if err := f.order.acquire(ctx, e.PostID); err != nil {
+		return domain.PushResult{}, fmt.Errorf("push post %d to feeds: %w", e.PostID, err)
 	}
-	added, err := f.push(ctx, authorID, postID, followers, metas, asOf, first)
+	res, err := f.push(ctx, e, followers, metas, asOf, first)
 	f.order.release()
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
 	if err != nil {
-		return added, fmt.Errorf("push post %d to feeds: %w", postID, err)
+		return res, fmt.Errorf("push post %d to feeds: %w", e.PostID, err)
 	}
-	return added, nil
+	return res, nil
 }
 
-func (f *Feeds) push(ctx context.Context, authorID, postID int64, followers []int64, metas []string, asOf int64, first bool) (int, error) {
+func (f *Feeds) push(ctx context.Context, e domain.Entry, followers []int64, metas []string, asOf int64, first bool) (domain.PushResult, error) {
 	per := maxScriptKeys
 	if f.cfg.Cluster {
 		per = 1 // a script touches one slot
 	}
 	calls := (len(followers) + per - 1) / per
-	added := 0
+	var res domain.PushResult
 	var full, spills []int64 // for the second step
 	for start := 0; start < calls; start += maxPipeline {
 		group := func(i int) (from, to int) {
@@ -69,37 +71,30 @@ func (f *Feeds) push(ctx context.Context, authorID, postID int64, followers []in
 				keys = append(keys, f.keys.feedHead(u))
 			}
 			return keys
-		}, postID, spillAt(f.cfg.MaxLen), asOf, flag(first), 1)
+		}, e.PostID, spillAt(f.cfg.MaxLen), asOf, flag(first), 1)
 		for i, c := range cmds {
 			if c.Err() != nil {
 				continue
 			}
 			from, to := group(i)
-			n, leftFull, filled, perr := appendResult(c.Val(), to-from)
+			lists, perr := placeLists(c.Val(), to-from, 4)
 			if perr != nil {
-				return added, perr
+				return res, perr
 			}
-			added += n
-			for _, j := range leftFull {
-				full = append(full, followers[from+int(j)-1])
-			}
-			for _, j := range filled {
-				spills = append(spills, followers[from+int(j)-1])
+			res.Added += len(lists[0])
+			for k, into := range []*[]int64{&res.Holders, &full, &spills, &res.Missing} {
+				for _, j := range lists[k] {
+					*into = append(*into, followers[from+int(j)-1])
+				}
 			}
 		}
 		if err != nil {
-			return added, err
+			return res, err
 		}
 	}
 	if len(full) > 0 {
-		keys := make([]string, 0, 4*len(full))
-		for _, u := range full {
-			keys = append(keys, append(f.keys.feedSet(u).list(), f.keys.following(u))...)
-		}
-		n, err := f.runOverKeys(ctx, pushScript, keys, 4, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), authorID, f.buildTTLSeconds(), asOf, flag(first))
-		added += n
-		if err != nil {
-			return added, err
+		if err := f.pushEach(ctx, e, full, asOf, first, &res); err != nil {
+			return res, err
 		}
 	}
 	if len(spills) > 0 {
@@ -108,39 +103,96 @@ func (f *Feeds) push(ctx context.Context, authorID, postID int64, followers []in
 			keys = append(keys, f.keys.feedSet(u).list()...)
 		}
 		if _, err := f.runOverKeys(ctx, spillScript, keys, 3, f.cfg.MaxLen, spillAt(f.cfg.MaxLen)); err != nil {
-			return added, err
+			return res, err
 		}
 	}
-	return added, nil
+	return res, nil
 }
 
-// appendResult reads appendScript's answer for a call on n feeds: how many
-// gained the post, and the places (from 1) of those left for pushScript and
-// of those to spill.
-func appendResult(v any, n int) (added int, full, spills []int64, err error) {
+// pushEach runs pushScript on the feeds of readers (those appendScript
+// left), adding what it did to res.
+func (f *Feeds) pushEach(ctx context.Context, e domain.Entry, readers []int64, asOf int64, first bool, res *domain.PushResult) error {
+	per := maxScriptKeys
+	if f.cfg.Cluster {
+		per = 1
+	}
+	calls := (len(readers) + per - 1) / per
+	for start := 0; start < calls; start += maxPipeline {
+		group := func(i int) (from, to int) {
+			c := start + i
+			return c * per, min((c+1)*per, len(readers))
+		}
+		cmds, err := f.runScripts(ctx, pushScript, min(maxPipeline, calls-start), func(i int) []string {
+			from, to := group(i)
+			keys := make([]string, 0, 4*(to-from))
+			for _, u := range readers[from:to] {
+				keys = append(keys, append(f.keys.feedSet(u).list(), f.keys.following(u))...)
+			}
+			return byKind(keys, 4)
+		}, e.PostID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), e.AuthorID, f.buildTTLSeconds(), asOf, flag(first))
+		for i, c := range cmds {
+			if c.Err() != nil {
+				continue // counted once the retry succeeds
+			}
+			from, to := group(i)
+			added, lists, perr := pushResult(c.Val(), to-from)
+			if perr != nil {
+				return perr
+			}
+			res.Added += added
+			for k, into := range []*[]int64{&res.Holders, &res.Missing} {
+				for _, j := range lists[k] {
+					*into = append(*into, readers[from+int(j)-1])
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pushResult reads pushScript's answer for a call on n sets: how many
+// gained the post, and the places (from 1) of those that hold it and of
+// those that are not there.
+func pushResult(v any, n int) (added int, lists [][]int64, err error) {
 	parts, ok := v.([]any)
 	if !ok || len(parts) != 3 {
-		return 0, nil, nil, fmt.Errorf("push: unexpected answer %v", v)
+		return 0, nil, fmt.Errorf("push: unexpected answer %v", v)
 	}
 	count, ok := parts[0].(int64)
 	if !ok {
-		return 0, nil, nil, fmt.Errorf("push: unexpected count %v", parts[0])
+		return 0, nil, fmt.Errorf("push: unexpected count %v", parts[0])
 	}
-	lists := [2][]int64{}
-	for k := range lists {
-		items, ok := parts[k+1].([]any)
+	if lists, err = placeLists(parts[1:], n, 2); err != nil {
+		return 0, nil, err
+	}
+	return int(count), lists, nil
+}
+
+// placeLists reads an answer of k lists of places in KEYS (from 1) of a
+// call on n sets.
+func placeLists(v any, n, k int) ([][]int64, error) {
+	parts, ok := v.([]any)
+	if !ok || len(parts) != k {
+		return nil, fmt.Errorf("push: unexpected answer %v", v)
+	}
+	lists := make([][]int64, k)
+	for i := range lists {
+		items, ok := parts[i].([]any)
 		if !ok {
-			return 0, nil, nil, fmt.Errorf("push: unexpected list %v", parts[k+1])
+			return nil, fmt.Errorf("push: unexpected list %v", parts[i])
 		}
 		for _, it := range items {
 			j, ok := it.(int64)
 			if !ok || j < 1 || j > int64(n) {
-				return 0, nil, nil, fmt.Errorf("push: unexpected place %v", it)
+				return nil, fmt.Errorf("push: unexpected place %v", it)
 			}
-			lists[k] = append(lists[k], j)
+			lists[i] = append(lists[i], j)
 		}
 	}
-	return int(count), lists[0], lists[1], nil
+	return lists, nil
 }
 
 // Remove takes posts out of the feeds of users.

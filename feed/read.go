@@ -58,12 +58,14 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 			cursor = ids[len(ids)-1] // some were deleted: read on in Redis
 			continue
 		}
-		// Redis holds nothing sure below floor: go on from the truth.
-		more, err := f.store.FolloweePosts(ctx, userID, floor, want-len(posts))
-		if err != nil {
+		// Redis holds nothing sure below floor: the page comes from the
+		// truth, whole — not what Redis gave above floor and PostgreSQL the
+		// rest: a follow or an unfollow that commits between the two reads
+		// would show in one half and not in the other. One query reads one
+		// snapshot, so the page is the feed at one moment.
+		if posts, err = f.store.FolloweePosts(ctx, userID, before, want); err != nil {
 			return domain.FeedPage{}, fmt.Errorf("read feed %d: %w", userID, err)
 		}
-		posts = append(posts, more...)
 		break
 	}
 	page := domain.FeedPage{Posts: posts}
@@ -240,17 +242,16 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 // set of pulled authors.
 func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
 	reads := make([]setRead, len(keys))
-	var version, celebs *redis.StringCmd
+	var following *redis.SliceCmd
+	var celebs, graphMark *redis.StringCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
 	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
 		for i, key := range keys {
-			reads[i] = readSet(ctx, p, key, before, n)
-			for _, k := range key.list() {
-				p.Expire(ctx, k, f.cfg.ActiveTTL) // a read keeps the feed
-			}
+			reads[i] = readSet(ctx, p, key, before, n, f.cfg.ActiveTTL) // a read keeps the feed
 		}
-		version = p.HGet(ctx, f.keys.following(user), versionField)
+		following = p.HMGet(ctx, f.keys.following(user), versionField, mergesField)
+		graphMark = p.Get(ctx, f.keys.graphMark(user))
 		if withMeta && f.cfg.CelebrityThreshold > 0 {
 			celebs = p.Get(ctx, f.keys.celebrities(user))
 			pulledCount = p.SCard(ctx, f.keys.pulled())
@@ -261,6 +262,21 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 	if err = failure(firstError(cmds, err)); err != nil {
 		return nil, readMeta{}, fmt.Errorf("read feed: %w", err)
 	}
+	// The hash's version (missing: the feed is not complete), the merges
+	// of follows pending (see markMerge in lua/common.lua) and the graph
+	// changes in flight (MarkGraphChange): while one is, the feed may show
+	// a change half applied, or not yet, and the page comes from
+	// PostgreSQL.
+	if n, _ := graphMark.Int(); n > 0 {
+		return nil, readMeta{}, errFromPostgres
+	}
+	var version string
+	if v := following.Val(); len(v) == 2 {
+		version, _ = v[0].(string)
+		if pending, _ := v[1].(string); pending != "" && pending != "0" {
+			return nil, readMeta{}, errFromPostgres
+		}
+	}
 	sets := make([]sourceSet, len(keys))
 	for i := range keys {
 		set, err := reads[i].decode()
@@ -270,14 +286,14 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 		if !set.complete {
 			continue
 		}
-		sets[i].complete = i > 0 || version.Err() == nil
+		sets[i].complete = i > 0 || version != ""
 		sets[i].whole = set.whole
 		// Newest first below before, up to n.
 		for j := sort.Search(len(set.ids), func(j int) bool { return set.ids[j] >= before }) - 1; j >= 0 && len(sets[i].ids) < n; j-- {
 			sets[i].ids = append(sets[i].ids, set.ids[j])
 		}
 	}
-	meta := readMeta{followingVersion: version.Val()}
+	meta := readMeta{followingVersion: version}
 	if celebs != nil {
 		meta.celebCache = celebs.Val()
 		meta.pulledCount = pulledCount.Val()

@@ -28,7 +28,7 @@ func (f *Feeds) feedTarget(userID int64) rebuildTarget {
 		following: f.keys.following(userID),
 		lock:      f.keys.rebuildLock(userID),
 		load: func(ctx context.Context) (rebuilt, error) {
-			followees, err := f.store.Followees(ctx, userID)
+			followees, version, err := f.store.Followees(ctx, userID)
 			if err != nil {
 				return rebuilt{}, err
 			}
@@ -37,7 +37,7 @@ func (f *Feeds) feedTarget(userID int64) rebuildTarget {
 			for i, p := range posts {
 				ids[i] = p.ID
 			}
-			return rebuilt{ids: ids, posts: posts, followees: followees}, err
+			return rebuilt{ids: ids, posts: posts, followees: followees, graphVersion: version}, err
 		},
 	}
 }
@@ -98,6 +98,9 @@ type rebuilt struct {
 	ids       []int64
 	posts     []domain.Post // to cache, when the load read them whole
 	followees []int64
+	// graphVersion is the version of the reader's graph followees were
+	// read at.
+	graphVersion int64
 }
 
 // rebuildSet fills a set that is not complete with what t.load returns. One
@@ -140,34 +143,60 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 	}); err != nil {
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
+	if err := f.fillRebuild(ctx, t, building.token); err != nil {
+		f.abandonRebuild(ctx, t, building.token)
+		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
+	}
+	return nil
+}
+
+// fillRebuild reads the set's content from PostgreSQL and completes the
+// set begun with token.
+func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte) error {
 	data, err := t.load(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
+		return err
 	}
 	// Read after the load: a fan-out whose followers were read after this
 	// position sees every unfollow the load saw (see pushScript).
 	asOf, err := f.store.WritePosition(ctx)
 	if err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
+		return err
 	}
 	failpoint.Hit(ctx, failpoint.BeforeFinishRebuild)
 	whole := 0
 	if len(data.ids) < f.cfg.MaxLen { // fewer than asked for: that is all there is
 		whole = 1
 	}
+	args := make([]any, 0, 9+len(data.followees))
+	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, token[:], len(data.followees), randomVersion(), asOf, data.graphVersion)
+	args = append(args, int64sToArgs(data.followees)...)
+	args = append(args, packIDs(data.ids))
+	if err := finishRebuildScript.Run(ctx, f.rdb, t.keys(), args...).Err(); err != nil {
+		return err
+	}
+	f.cachePosts(ctx, data.posts, nil, nil)
+	return nil
+}
+
+// abandonRebuild removes the set a failed rebuild began, unless another
+// rebuild took it over (abandonRebuildScript), on a context of its own: the
+// caller's may be what ended the rebuild. If that fails too, the set
+// expires soon (buildTTLSeconds).
+func (f *Feeds) abandonRebuild(ctx context.Context, t rebuildTarget, token [8]byte) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	_ = abandonRebuildScript.Run(ctx, f.rdb, t.keys(), token[:]).Err()
+}
+
+// keys are the set's keys, and for a feed its reader's following hash, as
+// the rebuild scripts take them.
+func (t rebuildTarget) keys() []string {
 	keys := t.set.list()
 	if t.following != "" {
 		keys = append(keys, t.following)
 	}
-	args := make([]any, 0, 8+len(data.followees))
-	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, building.token[:], len(data.followees), randomVersion(), asOf)
-	args = append(args, int64sToArgs(data.followees)...)
-	args = append(args, packIDs(data.ids))
-	if err := finishRebuildScript.Run(ctx, f.rdb, keys, args...).Err(); err != nil {
-		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
-	}
-	f.cachePosts(ctx, data.posts, nil, nil)
-	return nil
+	return keys
 }
 
 // complete tells whether the set is complete, by the rule readSets follows:
@@ -176,7 +205,7 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	var read setRead
 	var version *redis.StringCmd
 	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
-		read = readSet(ctx, p, t.set, math.MaxInt64, 1)
+		read = readSet(ctx, p, t.set, math.MaxInt64, 1, 0)
 		if t.following != "" {
 			version = p.HGet(ctx, t.following, versionField)
 		}

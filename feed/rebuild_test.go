@@ -2,12 +2,16 @@ package feed_test
 
 import (
 	"context"
+	"errors"
+	"math"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/store"
 )
 
 // TestRebuild: the operator's rebuild makes a feed that went wrong (here:
@@ -105,4 +109,58 @@ func TestRebuild(t *testing.T) {
 		require.GreaterOrEqual(t, b.store.rebuilds.Load(), int32(2), "the reader's, then the operator's")
 		require.Equal(t, reversed(posts), b.readAll(t, 10, 20))
 	})
+}
+
+// failingLoadStore fails the read of a rebuild (max_len posts from the
+// top) once the test lets it go, as a database that went away would.
+type failingLoadStore struct {
+	*store.DB
+	entered, release chan struct{}
+}
+
+func (s *failingLoadStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
+	if before == math.MaxInt64 && limit == rebuildLimit {
+		s.entered <- struct{}{}
+		<-s.release
+		return nil, errors.New("the database went away")
+	}
+	return s.DB.FolloweePosts(ctx, follower, before, limit)
+}
+
+// TestFailedRebuild: a rebuild that fails leaves no set behind, and reads
+// of the set while it is being rebuilt do not keep it: a set under rebuild
+// that stayed would take every push for feed.active_days, never trimmed.
+func TestFailedRebuild(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := &failingLoadStore{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	b := setupOn(t, feed.Config{RebuildWait: 100 * time.Millisecond}, func(db *store.DB) feed.Store {
+		st.DB = db
+		return st
+	})
+	b.follow(t, 10, 1)
+	b.post(t, 1)
+
+	failed := make(chan error, 1)
+	go func() {
+		_, err := b.feeds.Read(ctx, 10, 0, 20)
+		failed <- err
+	}()
+	<-st.entered // the rebuild's token set is in Redis, its read held
+
+	// Another reader waits for the rebuild, gives up and reads PostgreSQL.
+	_, err := b.feeds.Read(ctx, 10, 0, 20)
+	require.NoError(t, err)
+	ttl, err := b.rdb.TTL(ctx, b.feedKey(10)).Result()
+	require.NoError(t, err)
+	require.Positive(t, ttl, "the set under rebuild is there")
+	require.LessOrEqual(t, ttl, 2*feed.DefaultRebuildLock, "a read kept a set under rebuild alive for feed.active_days")
+
+	close(st.release)
+	require.ErrorContains(t, <-failed, "the database went away")
+	for _, k := range feed.StorageKeys(b.prefix, 10) {
+		n, err := b.rdb.Exists(ctx, k).Result()
+		require.NoError(t, err)
+		require.Zero(t, n, "the failed rebuild left %s behind", k)
+	}
 }

@@ -45,26 +45,32 @@ func TestWritesWaitForReplicas(t *testing.T) {
 		require.Equal(t, int64(0), re.Acked, what)
 		require.Equal(t, 1, re.Want, what)
 	}
-	n, err := b.feeds.Push(ctx, author, post, []int64{reader}, 0, true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: post, AuthorID: author}, []int64{reader}, 0, true))
 	unavailable("push", err)
 	require.Equal(t, 1, n, "the entry is written and counted; only its durability is in doubt")
 	require.True(t, b.stored(t, reader).Has(post), "the entry is on the primary")
 
 	unavailable("remove", b.feeds.Remove(ctx, []int64{reader}, []int64{post}))
 	unavailable("forget", b.feeds.ForgetPost(ctx, post))
-	_, err = b.feeds.Followed(ctx, reader, 4)
+	for _, u := range []int64{reader, stranger} {
+		_, err = b.db.Follow(ctx, u, 4)
+		require.NoError(t, err)
+	}
+	_, err = applyFollowState(ctx, b.db, b.feeds, reader, 4)
 	unavailable("follow", err)
-	_, err = b.feeds.Followed(ctx, stranger, 4) // no feed: the script deletes, which must reach a replica too
+	_, err = applyFollowState(ctx, b.db, b.feeds, stranger, 4) // no feed: the script deletes, which must reach a replica too
 	unavailable("follow without a feed", err)
-	unavailable("unfollow", b.feeds.Unfollowed(ctx, reader, 4))
-	unavailable("timeline add", b.feeds.AddToTimeline(ctx, author, post))
-	unavailable("timeline remove", b.feeds.RemoveFromTimeline(ctx, author, post))
+	_, err = b.db.Unfollow(ctx, reader, 4)
+	require.NoError(t, err)
+	unavailable("unfollow", applyUnfollowState(ctx, b.db, b.feeds, reader, 4))
+	unavailable("timeline add", b.feeds.AddToTimeline(ctx, domain.Entry{PostID: post, AuthorID: author}))
+	unavailable("timeline remove", b.feeds.RemoveFromTimeline(ctx, domain.Entry{PostID: post, AuthorID: author}))
 	unavailable("drop", b.feeds.Drop(ctx, reader))
 
 	// Zero replicas asked for: nothing waits.
 	plain := newFeeds(t, b.rdb, b.db, feed.Config{Prefix: b.prefix})
 	require.NoError(t, plain.SeedEmpty(ctx, map[int64][]int64{reader: {author}}))
-	_, err = plain.Push(ctx, author, post, []int64{reader}, 0, true)
+	_, err = pushCount(plain.Push(ctx, domain.Entry{PostID: post, AuthorID: author}, []int64{reader}, 0, true))
 	require.NoError(t, err)
 }
 
@@ -78,12 +84,13 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	ctx := context.Background()
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	cluster := rdb.(*redis.ClusterClient)
-	f := newFeeds(t, rdb, store.New(testenv.NewPool(t), nil), feed.Config{
+	db := store.New(testenv.NewPool(t), nil)
+	f := newFeeds(t, rdb, db, feed.Config{
 		Prefix: prefix, Cluster: true, WaitReplicas: 1, WaitTimeout: 300 * time.Millisecond,
 	})
 	const author = 1
 	followers := seedSpreadReaders(t, f, author)
-	n, err := f.Push(ctx, author, 11, followers, 0, true)
+	n, err := pushCount(f.Push(ctx, domain.Entry{PostID: 11, AuthorID: author}, followers, 0, true))
 	require.NoError(t, err, "every primary has a replica that answers")
 	require.Equal(t, len(followers), n)
 
@@ -93,7 +100,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 	resume := testenv.StopReplicaOf(t, primary)
 
 	start := time.Now()
-	_, err = f.Push(ctx, author, 12, followers, 0, true)
+	_, err = pushCount(f.Push(ctx, domain.Entry{PostID: 12, AuthorID: author}, followers, 0, true))
 	var re *replicas.Error
 	require.True(t, errors.As(err, &re), "want a replicas.Error, got %v", err)
 	require.Equal(t, primary.Options().Addr, re.Node)
@@ -109,7 +116,7 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 		}
 	}
 	require.NotEmpty(t, elsewhere)
-	n, err = f.Push(ctx, author, 13, elsewhere, 0, true)
+	n, err = pushCount(f.Push(ctx, domain.Entry{PostID: 13, AuthorID: author}, elsewhere, 0, true))
 	require.NoError(t, err, "the other shards' replicas answer")
 	require.Equal(t, len(elsewhere), n)
 
@@ -122,15 +129,19 @@ func TestPushWaitsForTheReplicaOfEachPrimary(t *testing.T) {
 		require.Equal(t, primary.Options().Addr, re.Node, what)
 	}
 	short("remove", f.Remove(ctx, []int64{u}, []int64{11}))
-	_, err = f.Followed(ctx, u, 3)
+	_, err = db.Follow(ctx, u, 3)
+	require.NoError(t, err)
+	_, err = applyFollowState(ctx, db, f, u, 3)
 	short("follow", err)
-	short("unfollow", f.Unfollowed(ctx, u, 3))
+	_, err = db.Unfollow(ctx, u, 3)
+	require.NoError(t, err)
+	short("unfollow", applyUnfollowState(ctx, db, f, u, 3))
 	short("drop", f.Drop(ctx, u))
 	resume()
 
 	// The retry of a push that failed is not a first one (the worker's
 	// next attempt, see fanout's firstDelivery).
-	n, err = f.Push(ctx, author, 12, followers, 0, false)
+	n, err = pushCount(f.Push(ctx, domain.Entry{PostID: 12, AuthorID: author}, followers, 0, false))
 	require.NoError(t, err, "the replica answers again")
 	require.Zero(t, n, "the first try had written every entry")
 }

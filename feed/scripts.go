@@ -32,14 +32,17 @@ func mustRead(name string) string {
 }
 
 var (
-	appendScript        = script("append", true)
-	spillScript         = script("spill", true)
-	pushScript          = script("push", true)
-	followScript        = script("follow", true)
-	mergeScript         = script("merge", true)
-	unfollowScript      = script("unfollow", true)
-	removeScript        = script("remove", true)
-	finishRebuildScript = script("finish_rebuild", true)
-	readScript          = script("read", false)
-	unlockScript        = script("unlock", false)
+	appendScript         = script("append", true)
+	spillScript          = script("spill", true)
+	pushScript           = script("push", true)
+	followScript         = script("follow", true)
+	mergeScript          = script("merge", true)
+	unfollowScript       = script("unfollow", true)
+	removeScript         = script("remove", true)
+	finishRebuildScript  = script("finish_rebuild", true)
+	abandonRebuildScript = script("abandon_rebuild", true)
+	readScript           = script("read", false)
+	unmarkGraphScript    = script("unmark_graph", false)
+	unlockScript         = script("unlock", false)
+	unmarkDeleteScript   = script("unlock", false) // the same: delete the key if it holds ARGV[1]
 )

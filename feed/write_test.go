@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
 )
 
@@ -75,11 +76,11 @@ func TestDrop(t *testing.T) {
 	b.follow(t, 10, 1)
 	id := b.post(t, 1)
 	require.Equal(t, []int64{id}, b.readAll(t, 10, 20))
-	for _, k := range []string{"feed", "following", "celebs"} {
+	for _, k := range []string{"feed", "follows", "celebs"} {
 		require.EqualValues(t, 1, b.rdb.Exists(ctx, b.prefix+k+":{10}").Val(), k)
 	}
 	require.NoError(t, b.feeds.Drop(ctx, 10))
-	for _, k := range []string{"feed", "following", "celebs"} {
+	for _, k := range []string{"feed", "follows", "celebs"} {
 		require.Zero(t, b.rdb.Exists(ctx, b.prefix+k+":{10}").Val(), k)
 	}
 	require.Equal(t, []int64{id}, b.readAll(t, 10, 20), "rebuilt on the next read")
@@ -100,7 +101,7 @@ func TestClusterPath(t *testing.T) {
 	for range 5 {
 		id := b.post(t, 1)
 		posts = append([]int64{id}, posts...)
-		n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, b.now(t), true)
+		n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11, 12}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, 2, n, "the two feeds that exist")
 	}
@@ -127,11 +128,11 @@ func TestTimelines(t *testing.T) {
 		require.EqualValues(t, 1, b.rdb.Exists(ctx, timeline).Val(), "the read built it")
 
 		id := b.post(t, 1001)
-		require.NoError(t, b.feeds.AddToTimeline(ctx, 1001, id))
+		require.NoError(t, b.feeds.AddToTimeline(ctx, domain.Entry{PostID: id, AuthorID: 1001}))
 		require.Equal(t, append([]int64{id}, posts...), b.readAll(t, 10, 20))
 		_, err := b.pg.Exec(ctx, `UPDATE posts SET deleted_at = now() WHERE id = $1`, id)
 		require.NoError(t, err)
-		require.NoError(t, b.feeds.RemoveFromTimeline(ctx, 1001, id))
+		require.NoError(t, b.feeds.RemoveFromTimeline(ctx, domain.Entry{PostID: id, AuthorID: 1001}))
 		require.Equal(t, posts, b.readAll(t, 10, 20))
 		stored, err := feed.InspectTimeline(ctx, b.rdb, b.prefix, 1001)
 		require.NoError(t, err)
@@ -154,7 +155,7 @@ func TestTimelines(t *testing.T) {
 		}
 		// A new celebrity post, written only to the (missing) timeline.
 		id := b.post(t, 1002)
-		require.NoError(t, b.feeds.AddToTimeline(ctx, 1002, id))
+		require.NoError(t, b.feeds.AddToTimeline(ctx, domain.Entry{PostID: id, AuthorID: 1002}))
 		require.Equal(t, append([]int64{id}, posts...), b.readAll(t, 10, 20))
 		require.True(t, b.rdb.SIsMember(ctx, b.prefix+"pulled", "0").Val(), "complete again")
 	})
@@ -165,14 +166,14 @@ func TestTimelines(t *testing.T) {
 		b.follow(t, 10, 1)
 		b.follow(t, 11, 1)
 		pushed := b.post(t, 1)
-		_, err := b.feeds.Push(ctx, 1, pushed, []int64{10, 11}, b.now(t), true)
+		_, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: pushed, AuthorID: 1}, []int64{10, 11}, b.now(t), true))
 		require.NoError(t, err)
 		require.Equal(t, []int64{pushed}, b.readAll(t, 10, 20)) // caches "no celebrities"
 		// Author 1 is a celebrity now: the worker marks them pulled and
 		// writes their post to the timeline alone.
 		require.NoError(t, b.db.MarkPulled(ctx, 1))
 		pulled := b.post(t, 1)
-		require.NoError(t, b.feeds.AddToTimeline(ctx, 1, pulled))
+		require.NoError(t, b.feeds.AddToTimeline(ctx, domain.Entry{PostID: pulled, AuthorID: 1}))
 		require.Equal(t, []int64{pulled, pushed}, b.readAll(t, 10, 20))
 	})
 }
@@ -228,16 +229,16 @@ func TestRedisDown(t *testing.T) {
 	f := newFeeds(t, dead, b.db, feed.Config{CelebrityThreshold: 1, Backfill: 2})
 	_, err := f.Read(ctx, 10, 0, 20)
 	require.ErrorContains(t, err, "read feed")
-	_, err = f.Push(ctx, 1, 1, []int64{10}, 0, true)
+	_, err = pushCount(f.Push(ctx, domain.Entry{PostID: 1, AuthorID: 1}, []int64{10}, 0, true))
 	require.ErrorContains(t, err, "push post 1")
-	_, err = f.Followed(ctx, 10, 1)
-	require.ErrorContains(t, err, "backfill feed 10")
-	require.ErrorContains(t, f.Unfollowed(ctx, 10, 1), "unfill feed 10")
+	_, err = applyFollowState(ctx, b.db, f, 10, 1)
+	require.ErrorContains(t, err, "apply follow state to feed 10")
+	require.ErrorContains(t, applyUnfollowState(ctx, b.db, f, 10, 1), "apply follow state to feed 10")
 	require.ErrorContains(t, f.Remove(ctx, []int64{10}, []int64{1}), "remove posts")
 	require.ErrorContains(t, f.Drop(ctx, 10), "drop feed 10")
 	require.ErrorContains(t, f.ForgetPost(ctx, 1), "forget post 1")
-	require.ErrorContains(t, f.AddToTimeline(ctx, 1, 1), "timeline 1")
-	require.ErrorContains(t, f.RemoveFromTimeline(ctx, 1, 1), "timeline 1")
+	require.ErrorContains(t, f.AddToTimeline(ctx, domain.Entry{PostID: 1, AuthorID: 1}), "timeline 1")
+	require.ErrorContains(t, f.RemoveFromTimeline(ctx, domain.Entry{PostID: 1, AuthorID: 1}), "timeline 1")
 }
 
 // SeedEmpty leaves readers as their first read would: complete, whole, empty
@@ -261,7 +262,7 @@ func TestSeedEmpty(t *testing.T) {
 	id := b.post(t, 1)
 	// Readers 11 and 12 are in no page of author 1's followers; pushed to
 	// all the same, with no position (0), the following hashes decide.
-	n, err := b.feeds.Push(ctx, 1, id, []int64{10, 11, 12}, 0, true)
+	n, err := pushCount(b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 1}, []int64{10, 11, 12}, 0, true))
 	require.NoError(t, err)
 	require.Equal(t, 1, n, "only reader 10 follows author 1")
 	require.Equal(t, []int64{id}, b.readAll(t, 10, 20))

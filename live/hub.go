@@ -388,6 +388,10 @@ func (h *Hub) handle(ctx context.Context, payload string) {
 		for _, s := range h.of(m.Users) {
 			h.deliver(s, domain.LiveEvent{Kind: domain.LiveRemove, PostID: m.Post})
 		}
+	case kindUnsure:
+		for _, s := range h.of(m.Users) {
+			h.deliver(s, domain.LiveEvent{Kind: domain.LiveCatchUp})
+		}
 	case kindPulled, kindUnpulled:
 		yes := h.followers(ctx, m.Author)
 		if m.Kind == kindPulled {

@@ -10,6 +10,7 @@ import (
 const (
 	kindPost     = "post"     // Post by Author is in the feeds of Users
 	kindRemove   = "remove"   // Post left the feeds of Users
+	kindUnsure   = "unsure"   // the feeds of Users are not in Redis: read them again
 	kindPulled   = "cpost"    // Post by the celebrity Author: for their followers
 	kindUnpulled = "cremove"  // Post by the celebrity Author was deleted
 	kindUnfollow = "unfollow" // Users[0] no longer follows Author

@@ -186,6 +186,13 @@ func (p *Publisher) Pushed(ctx context.Context, postID, authorID int64, follower
 	p.toReaders(ctx, message{Kind: kindPost, Post: postID, Author: authorID}, followers)
 }
 
+// Unsure tells the hubs that the feeds of readers are not in Redis (a
+// fan-out found them missing): their streams read them again, which
+// rebuilds them, and send what they hold.
+func (p *Publisher) Unsure(ctx context.Context, readers []int64) {
+	p.toReaders(ctx, message{Kind: kindUnsure}, readers)
+}
+
 // Removed tells the hubs that post left the feeds of readers.
 func (p *Publisher) Removed(ctx context.Context, postID int64, readers []int64) {
 	p.toReaders(ctx, message{Kind: kindRemove, Post: postID}, readers)

@@ -30,16 +30,16 @@ func TestUnreachableDatabase(t *testing.T) {
 	}{
 		{"follow", func(ctx context.Context) error {
 			created, err := db.Follow(ctx, 1, 2)
-			require.False(t, created)
+			require.False(t, created.Changed)
 			return err
 		}},
 		{"unfollow", func(ctx context.Context) error {
 			removed, err := db.Unfollow(ctx, 1, 2)
-			require.False(t, removed)
+			require.False(t, removed.Changed)
 			return err
 		}},
-		{"is following", func(ctx context.Context) error {
-			_, err := db.IsFollowing(ctx, 1, 2)
+		{"follow state", func(ctx context.Context) error {
+			_, err := db.FollowState(ctx, 1, 2)
 			return err
 		}},
 		{"list follows", func(ctx context.Context) error {
@@ -67,7 +67,7 @@ func TestUnreachableDatabase(t *testing.T) {
 		}},
 		{"mark pulled", func(ctx context.Context) error { return db.MarkPulled(ctx, 1) }},
 		{"followees", func(ctx context.Context) error {
-			ids, err := db.Followees(ctx, 1)
+			ids, _, err := db.Followees(ctx, 1)
 			require.Nil(t, ids)
 			return err
 		}},

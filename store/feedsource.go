@@ -7,10 +7,19 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Followees returns everyone followerID follows, in no particular order:
+// Followees returns everyone followerID follows, in no particular order,
+// and the version of their graph this is (one statement: one snapshot):
 // what a feed rebuild writes into the reader's following hash.
-func (db *DB) Followees(ctx context.Context, followerID int64) ([]int64, error) {
-	return db.queryIDs(ctx, "followees", `SELECT followee_id FROM follows WHERE follower_id = $1`, followerID)
+func (db *DB) Followees(ctx context.Context, followerID int64) ([]int64, int64, error) {
+	var ids []int64
+	var version int64
+	err := db.primary.QueryRow(ctx, `
+SELECT COALESCE((SELECT version FROM graph_versions WHERE user_id = $1), 0),
+       array(SELECT followee_id FROM follows WHERE follower_id = $1)`, followerID).Scan(&version, &ids)
+	if err != nil {
+		return nil, 0, fmt.Errorf("followees: %w", err)
+	}
+	return ids, version, nil
 }
 
 // PulledAuthors returns the authors whose posts were ever pulled into feeds
@@ -19,12 +28,18 @@ func (db *DB) PulledAuthors(ctx context.Context) ([]int64, error) {
 	return db.queryIDs(ctx, "pulled authors", `SELECT user_id FROM follower_counts WHERE pulled`)
 }
 
-// AuthorPostIDsBetween returns the ids of the author's live posts with
-// since <= id < before, newest first, at most limit: one page of what an
-// unfollow removes from a feed.
+// AuthorPostIDsBetween returns the ids of the author's posts with since <=
+// id < before, deleted ones too, newest first, at most limit: one page of
+// what an unfollow removes from a feed. (A post deleted in PostgreSQL stays
+// in feeds, and shows, until its delete reaches Redis: an unfollow in
+// between must take it out as well.) Each half reads its own partial index.
 func (db *DB) AuthorPostIDsBetween(ctx context.Context, authorID, since, before int64, limit int) ([]int64, error) {
 	return db.queryIDs(ctx, "author post ids", `
-SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND id < $3 AND deleted_at IS NULL
+(SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND id < $3 AND deleted_at IS NULL
+ ORDER BY id DESC LIMIT $4)
+UNION ALL
+(SELECT id FROM posts WHERE author_id = $1 AND id >= $2 AND id < $3 AND deleted_at IS NOT NULL
+ ORDER BY id DESC LIMIT $4)
 ORDER BY id DESC LIMIT $4`, authorID, since, before, limit)
 }
 

@@ -42,38 +42,76 @@ WITH f AS (
 )
 SELECT count(*) FROM f`
 
-// Follow makes follower follow followee. It reports whether the edge is new;
-// following twice is not an error.
-func (db *DB) Follow(ctx context.Context, follower, followee int64) (bool, error) {
+// bumpGraphSQL takes the next version of a user's graph. Its row lock,
+// held to the commit, orders the changes of one user's graph.
+const bumpGraphSQL = `
+INSERT INTO graph_versions (user_id, version) VALUES ($1, 1)
+ON CONFLICT (user_id) DO UPDATE SET version = graph_versions.version + 1
+RETURNING version`
+
+// Follow makes follower follow followee and returns the state with the
+// version it took; following twice is not an error.
+func (db *DB) Follow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error) {
 	if follower == followee {
-		return false, domain.ErrSelfFollow
+		return domain.EdgeChange{}, domain.ErrSelfFollow
 	}
-	var n int
-	if err := db.primary.QueryRow(ctx, followSQL, follower, followee, traceparent.From(ctx)).Scan(&n); err != nil {
-		return false, fmt.Errorf("follow: %w", err)
+	ch, err := db.changeEdge(ctx, followSQL, follower, followee)
+	if err != nil {
+		return ch, fmt.Errorf("follow: %w", err)
 	}
-	return n == 1, nil
+	ch.Following = true
+	return ch, nil
 }
 
-// Unfollow removes the edge. It reports whether there was one.
-func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (bool, error) {
-	var n int
-	if err := db.primary.QueryRow(ctx, unfollowSQL, follower, followee, traceparent.From(ctx)).Scan(&n); err != nil {
-		return false, fmt.Errorf("unfollow: %w", err)
+// Unfollow removes the edge, if there is one, and returns the state with the
+// version it took.
+func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error) {
+	ch, err := db.changeEdge(ctx, unfollowSQL, follower, followee)
+	if err != nil {
+		return ch, fmt.Errorf("unfollow: %w", err)
 	}
-	return n == 1, nil
+	return ch, nil
+}
+
+// changeEdge takes the follower's next graph version, then runs change (a
+// statement of its own, so that it sees every change of the same graph
+// committed while the first waited for the row lock), in one transaction
+// and one round trip: a batch is one implicit transaction.
+func (db *DB) changeEdge(ctx context.Context, change string, follower, followee int64) (domain.EdgeChange, error) {
+	ch := domain.EdgeChange{EdgeState: domain.EdgeState{Follower: follower, Followee: followee}}
+	b := &pgx.Batch{}
+	b.Queue(bumpGraphSQL, follower).QueryRow(func(row pgx.Row) error { return row.Scan(&ch.Version) })
+	b.Queue(change, follower, followee, traceparent.From(ctx)).QueryRow(func(row pgx.Row) error {
+		var n int
+		err := row.Scan(&n)
+		ch.Changed = n == 1
+		return err
+	})
+	if err := db.primary.SendBatch(ctx, b).Close(); err != nil {
+		return domain.EdgeChange{}, err
+	}
+	return ch, nil
+}
+
+// FollowState returns whether follower follows followee now, with the
+// version of the follower's graph it was read at (one statement: one
+// snapshot).
+func (db *DB) FollowState(ctx context.Context, follower, followee int64) (domain.EdgeState, error) {
+	st := domain.EdgeState{Follower: follower, Followee: followee}
+	err := db.primary.QueryRow(ctx, `
+SELECT COALESCE((SELECT version FROM graph_versions WHERE user_id = $1), 0),
+       EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`,
+		follower, followee).Scan(&st.Version, &st.Following)
+	if err != nil {
+		return st, fmt.Errorf("follow state: %w", err)
+	}
+	return st, nil
 }
 
 // IsFollowing reports whether follower follows followee.
 func (db *DB) IsFollowing(ctx context.Context, follower, followee int64) (bool, error) {
-	var ok bool
-	err := db.primary.QueryRow(ctx,
-		`SELECT EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`,
-		follower, followee).Scan(&ok)
-	if err != nil {
-		return false, fmt.Errorf("is following: %w", err)
-	}
-	return ok, nil
+	st, err := db.FollowState(ctx, follower, followee)
+	return st.Following, err
 }
 
 // Followers lists who follows userID, newest first, after the cursor (nil for

@@ -46,7 +46,7 @@ func TestFollow(t *testing.T) {
 
 		created, err := db.Follow(ctx, 1, 2)
 		require.NoError(t, err)
-		require.True(t, created)
+		require.True(t, created.Changed)
 
 		ok, err := db.IsFollowing(ctx, 1, 2)
 		require.NoError(t, err)
@@ -68,7 +68,7 @@ func TestFollow(t *testing.T) {
 
 		created, err := db.Follow(ctx, 1, 2)
 		require.NoError(t, err)
-		require.False(t, created)
+		require.False(t, created.Changed)
 		requireFollowerCount(t, db, 2, 1)
 		require.Len(t, outboxRows(t, bundle.pool), 1)
 	})
@@ -84,7 +84,7 @@ func TestFollow(t *testing.T) {
 
 		removed, err := db.Unfollow(ctx, 1, 2)
 		require.NoError(t, err)
-		require.True(t, removed)
+		require.True(t, removed.Changed)
 
 		ok, err := db.IsFollowing(ctx, 1, 2)
 		require.NoError(t, err)
@@ -104,10 +104,10 @@ func TestFollow(t *testing.T) {
 
 		removed, err := db.Unfollow(ctx, 1, 2)
 		require.NoError(t, err)
-		require.False(t, removed)
+		require.False(t, removed.Changed)
 		removed, err = db.Unfollow(ctx, 5, 6)
 		require.NoError(t, err)
-		require.False(t, removed)
+		require.False(t, removed.Changed)
 
 		requireFollowerCount(t, db, 2, 0)
 		requireFollowerCount(t, db, 6, 0)
@@ -122,11 +122,11 @@ func TestFollow(t *testing.T) {
 		for range 2 {
 			created, err := db.Follow(ctx, 1, 2)
 			require.NoError(t, err)
-			require.True(t, created)
+			require.True(t, created.Changed)
 			requireFollowerCount(t, db, 2, 1)
 			removed, err := db.Unfollow(ctx, 1, 2)
 			require.NoError(t, err)
-			require.True(t, removed)
+			require.True(t, removed.Changed)
 			requireFollowerCount(t, db, 2, 0)
 		}
 		edge := domain.FollowPayload{FollowerID: 1, FolloweeID: 2}
@@ -140,7 +140,7 @@ func TestFollow(t *testing.T) {
 		ctx := t.Context()
 		created, err := db.Follow(ctx, 4, 4)
 		require.ErrorIs(t, err, domain.ErrSelfFollow)
-		require.False(t, created)
+		require.False(t, created.Changed)
 
 		ok, err := db.IsFollowing(ctx, 4, 4)
 		require.NoError(t, err)
@@ -164,16 +164,16 @@ func TestFollow(t *testing.T) {
 				rng := rand.New(rand.NewPCG(uint64(w), 1))
 				for range 40 {
 					follower := int64(1 + rng.IntN(10)) // workers contend for the same edges
-					var changed bool
+					var ch domain.EdgeChange
 					var err error
 					if rng.IntN(2) == 0 {
-						changed, err = db.Follow(t.Context(), follower, star)
-						if changed {
+						ch, err = db.Follow(t.Context(), follower, star)
+						if ch.Changed {
 							changes[w]++
 						}
 					} else {
-						changed, err = db.Unfollow(t.Context(), follower, star)
-						if changed {
+						ch, err = db.Unfollow(t.Context(), follower, star)
+						if ch.Changed {
 							changes[w]--
 						}
 					}

@@ -117,7 +117,7 @@ func TestReadPool(t *testing.T) {
 		n, err := db.FollowerCount(ctx, author)
 		require.NoError(t, err)
 		require.Equal(t, int64(3), n)
-		followees, err := db.Followees(ctx, reader)
+		followees, _, err := db.Followees(ctx, reader)
 		require.NoError(t, err)
 		slices.Sort(followees)
 		require.Equal(t, []int64{author, 11}, followees, "a rebuild's following hash comes from the primary")

@@ -15,15 +15,15 @@
 -- one without the layout's first byte) is dropped then and there, so that
 -- no step after this one is needed to take the new key away. The feeds
 -- whose head it filled to ARGV[2] entries come back for spillScript (the
--- third list). Its answer's first element is how
--- many feeds gained the post.
+-- third list). Its answer's first list is the places of the feeds that
+-- gained the post, its fourth those of the feeds that are not there.
 local id = tonumber(ARGV[1])
 local e = pack(id)
 local spillAt, asOf = tonumber(ARGV[2]), tonumber(ARGV[3])
 local first, feeds = ARGV[4] == '1', ARGV[5] == '1'
 local n = #KEYS / 2
 local values = redis.call('MGET', unpack(KEYS, 1, n))
-local added, full, spills = 0, {}, {}
+local held, full, spills, missing = {}, {}, {}, {}
 for j = 1, n do
   local v = values[j]
   if type(v) == 'string' and #v == HEADER then
@@ -39,12 +39,14 @@ for j = 1, n do
         -- with the time to live it has, and the next rebuild deletes it).
         redis.call('DEL', KEYS[j], KEYS[n + j])
       else
-        added = added + 1
+        held[#held + 1] = j
         if (length - 1) / 8 >= spillAt then spills[#spills + 1] = j end
       end
     else
       full[#full + 1] = j
     end
+  else
+    missing[#missing + 1] = j
   end
 end
-return {added, full, spills}
+return {held, full, spills, missing}

@@ -204,6 +204,48 @@ local function dropIfEmptyPrefix(mk, hk, tk, h, fk)
   return false
 end
 
+-- A reader's following hash (fk) holds, per followee, the follow state it
+-- last applied and the version of the reader's graph it was read at: the
+-- version + 1 while followed, minus that once unfollowed (+1: a graph that
+-- never changed is at version 0, and a followee's field is never 0, so a
+-- positive field always means "followed"). "g" is the version a rebuild
+-- wrote the whole hash at. A follow state of version v is stale when the
+-- hash holds the followee's of a later version, or was rebuilt at v or
+-- later: a newer state is applied already, and applying an older one would
+-- undo it. It returns the state the hash holds (1 followed, -1 not, 0 no
+-- field), its version, and whether v is stale.
+local function followField(fk, followee, v)
+  local f = redis.call('HMGET', fk, followee, 'g')
+  local cur, base = tonumber(f[1]) or 0, tonumber(f[2]) or 0
+  local state, ver = 0, 0
+  if cur > 0 then state, ver = 1, cur - 1 elseif cur < 0 then state, ver = -1, -cur - 1 end
+  return state, ver, v <= base or ver > v
+end
+
+-- A follow is applied in two steps, followScript and mergeScript, with the
+-- followee's recent posts read from PostgreSQL between them; meanwhile the
+-- feed may already hold the followee's newest posts (pushed) and not yet the
+-- older ones. followScript marks the merge pending in the following hash
+-- ("m<followee>": the version of the follow; "mg": how many are pending),
+-- and reads take a page from PostgreSQL while one is, so that no read shows
+-- a follow half applied. mergeScript clears its own mark; an unfollow of
+-- the followee clears any; a rebuild writes the hash anew.
+local function markMerge(fk, followee, v)
+  if redis.call('HSETNX', fk, 'm' .. followee, v) == 1 then
+    redis.call('HINCRBY', fk, 'mg', 1)
+  else
+    redis.call('HSET', fk, 'm' .. followee, v)
+  end
+end
+
+-- unmarkMerge clears the mark of followee's merge, only the one of version
+-- v when v is given.
+local function unmarkMerge(fk, followee, v)
+  local field = 'm' .. followee
+  if v and tonumber(redis.call('HGET', fk, field)) ~= v then return end
+  if redis.call('HDEL', fk, field) == 1 then redis.call('HINCRBY', fk, 'mg', -1) end
+end
+
 local function drop(mk, hk, tk, fk)
   redis.call('DEL', mk, hk, tk)
   if fk then redis.call('DEL', fk) end

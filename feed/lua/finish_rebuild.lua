@@ -11,8 +11,9 @@
 -- seconds without reads. For a feed, KEYS[4] is the reader's following
 -- hash: the posts pushed meanwhile whose author it recorded ("p<id>") go
 -- unless the reader follows the author, and it is written anew with version
--- ARGV[6] (random, so that no version of a hash is ever seen twice) and the
--- ARGV[5] followee ids that follow. It returns 1 when the set is complete
+-- ARGV[6] (random, so that no version of a hash is ever seen twice), the
+-- version of the reader's graph the followees were read at, ARGV[8] (as "g"
+-- and as each followee's), and the ARGV[5] followee ids that follow. It returns 1 when the set is complete
 -- now, 0 when the rebuild gave up.
 local mk, hk, tk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local h = getSet(mk, hk)
@@ -26,7 +27,7 @@ local nFollowees = tonumber(ARGV[5])
 if fk then
   if redis.call('HEXISTS', fk, 'v') == 0 then
     local followed = {}
-    for i = 8, 7 + nFollowees do followed[ARGV[i]] = true end
+    for i = 9, 8 + nFollowees do followed[ARGV[i]] = true end
     local gone = {}
     local fields = redis.call('HGETALL', fk)
     for j = 1, #fields, 2 do
@@ -37,9 +38,10 @@ if fk then
     ids = without(ids, gone)
   end
   redis.call('DEL', fk)
-  redis.call('HSET', fk, 'v', ARGV[6])
-  for i = 8, 7 + nFollowees do
-    redis.call('HSET', fk, ARGV[i], 1)
+  redis.call('HSET', fk, 'v', ARGV[6], 'g', ARGV[8])
+  local followedAt = tonumber(ARGV[8]) + 1 -- see followField
+  for i = 9, 8 + nFollowees do
+    redis.call('HSET', fk, ARGV[i], followedAt)
   end
   redis.call('EXPIRE', fk, ARGV[2])
 end

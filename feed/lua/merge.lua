@@ -1,9 +1,12 @@
 -- merge.lua (mergeScript in scripts.go), after common.lua
 --
--- mergeScript merges posts (ARGV[4..]) of a followee (ARGV[3]) into the
--- reader's feed after followScript, then trims it to ARGV[1] entries; it
--- does nothing if the feed was dropped or the reader unfollowed since (the
--- following hash, KEYS[4], says). When ARGV[2] (the floor) is not 0 the
+-- mergeScript merges posts (ARGV[5..]) of a followee (ARGV[3]) into the
+-- reader's feed after followScript applied the follow of version ARGV[4],
+-- then trims it to ARGV[1] entries; it does nothing if the feed was dropped
+-- or another state of the follow was applied since (the following hash,
+-- KEYS[4], says: a newer follow merges for itself, and after an unfollow
+-- the posts must stay out). It clears the mark followScript left
+-- (markMerge). When ARGV[2] (the floor) is not 0 the
 -- merged posts may not be all the followee's posts down to the feed's
 -- bound, so entries older than the floor are dropped first and the floor is
 -- the bound from then on (with no posts to merge, the floor is above every
@@ -12,7 +15,7 @@
 local mk, hk, tk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local h = getSet(mk, hk)
 if not h or building(h) or redis.call('HEXISTS', fk, 'v') == 0
-    or redis.call('HEXISTS', fk, ARGV[3]) == 0 then
+    or tonumber(redis.call('HGET', fk, ARGV[3])) ~= tonumber(ARGV[4]) + 1 then
   return 0
 end
 local ids = entries(h, tk)
@@ -37,7 +40,7 @@ if floor > 0 then
   if bound == nil or bound < floor then bound = floor end
 end
 local added = 0
-for _, id in ipairs(numbers(4)) do
+for _, id in ipairs(numbers(5)) do
   if bound == nil or id >= bound then
     local new
     ids, new = insert(ids, id)
@@ -45,5 +48,6 @@ for _, id in ipairs(numbers(4)) do
   end
 end
 store(mk, hk, tk, h, ids, tonumber(ARGV[1]))
+unmarkMerge(fk, ARGV[3], tonumber(ARGV[4]))
 dropIfEmptyPrefix(mk, hk, tk, h, fk)
 return added

@@ -40,7 +40,10 @@
 -- paid once per page instead of once per follower; in a Redis Cluster,
 -- where a script may only touch keys of one slot, it is called with one
 -- feed at a time. It returns how many sets gained the post (a first push
--- counts the feeds it appended to).
+-- counts the feeds it appended to) and the places in KEYS (from 1) of the
+-- sets that hold it now — those that gained it or had it already: a live
+-- stream shows the post to their readers, and to no one else — and of
+-- those that are not there.
 local id = tonumber(ARGV[1])
 local e = pack(id)
 local maxlen, spillAt = tonumber(ARGV[2]), tonumber(ARGV[3])
@@ -54,18 +57,21 @@ local first = ARGV[7] == '1'
 local n = #KEYS / 3 -- sets
 if author ~= '' then n = #KEYS / 4 end
 local values = redis.call('MGET', unpack(KEYS, 1, n)) -- the metas
-local added = 0
--- appends the post to the head, and spills a head that is full now
+local added, held, missing = 0, {}, {}
+-- appends the post to the head, and spills a head that is full now; true
+-- when the set holds the post
 local function append(mk, hk, tk)
   local length = redis.call('APPEND', hk, e)
   if (length - 1) % 8 ~= 0 then
     drop(mk, hk, tk, nil) -- the head was lost: the APPEND made a new one
-    return
+    return false
   end
   added = added + 1
   if (length - 1) / 8 >= spillAt then spill(mk, hk, tk, maxlen, keep) end
+  return true
 end
 for j = 1, n do
+  local holds = false
   local v = values[j]
   local magic, flags, metaAsOf, tailN, tailMax
   if type(v) == 'string' and #v == HEADER then
@@ -75,7 +81,7 @@ for j = 1, n do
     local mk, hk, tk, fk = KEYS[j], KEYS[n + j], KEYS[2 * n + j], KEYS[3 * n + j]
     local ok = true
     if author ~= '' and (bit.band(flags, BUILDING) ~= 0 or metaAsOf >= asOf) then
-      if redis.call('HEXISTS', fk, author) == 0 then
+      if (tonumber(redis.call('HGET', fk, author)) or 0) <= 0 then
         if redis.call('HEXISTS', fk, 'v') == 1 then
           ok = false -- the reader does not follow the author
         else
@@ -90,7 +96,7 @@ for j = 1, n do
     if not ok then
       -- not for this reader
     elseif id > tailMax and first and (tailN > 0 or not isPrefix) then
-      append(mk, hk, tk)
+      holds = append(mk, hk, tk)
     elseif id > tailMax then
       -- into the head, unless it is there or below a prefix's bound
       local h = getSet(mk, hk)
@@ -99,7 +105,11 @@ for j = 1, n do
       else
         local ids = headIDs(h)
         local k = search(#ids, function(x) return ids[x] end, id)
-        if ids[k] ~= id and not (k == 1 and tailN == 0 and prefix(h)) then append(mk, hk, tk) end
+        if ids[k] == id then
+          holds = true
+        elseif not (k == 1 and tailN == 0 and prefix(h)) then
+          holds = append(mk, hk, tk)
+        end
       end
     else
       -- Its place is in the tail: the chunks from the newest back, to the
@@ -121,6 +131,7 @@ for j = 1, n do
           redis.call('SETRANGE', mk, 18, struct.pack('>I4', tailN + 1))
           added = added + 1
         end
+        holds = true
       elseif -c > maxWalk then
         rewrite = true -- far older than the newest: the whole set decides
       else
@@ -133,6 +144,7 @@ for j = 1, n do
           redis.call('LSET', tk, 0, e .. oldest)
           redis.call('SETRANGE', mk, 18, struct.pack('>I4', tailN + 1))
           added = added + 1
+          holds = true
         end
       end
       if rewrite then
@@ -143,13 +155,17 @@ for j = 1, n do
         else
           local new, k
           ids, new, k = insert(ids, id)
-          if new and not (k == 1 and prefix(full)) then
+          if not new then
+            holds = true
+          elseif not (k == 1 and prefix(full)) then
             store(mk, hk, tk, full, ids, maxlen, keep)
             added = added + 1
+            holds = true
           end
         end
       end
     end
   end
+  if holds then held[#held + 1] = j elseif magic ~= MAGIC then missing[#missing + 1] = j end
 end
-return added
+return {added, held, missing}

@@ -8,10 +8,18 @@
 -- whole tail): walking back from the newest chunk, usually one. It answers
 -- {meta, head, whole, chunk…}: whole is 1 when the chunks (oldest first)
 -- are the whole tail; {} when the meta or the head is missing or not a
--- string. The caller decodes it (decodeSet).
+-- string. The caller decodes it (decodeSet). With ARGV[3] (seconds, not
+-- 0), a set that is complete and not under rebuild lives that long from
+-- now: a read keeps its reader's feed. A set under rebuild keeps the short
+-- life its rebuild gave it, so that one whose rebuild died goes soon.
 local v = redis.call('MGET', KEYS[1], KEYS[2])
 local meta, head = v[1], v[2]
 if type(meta) ~= 'string' or type(head) ~= 'string' then return {} end
+local keep = tonumber(ARGV[3]) or 0
+if keep > 0 and #meta == 30 and string.byte(meta, 1) == 243 and string.byte(meta, 2) % 2 == 1
+    and string.sub(meta, 3, 10) == string.rep('\0', 8) then
+  for _, k in ipairs(KEYS) do redis.call('EXPIRE', k, keep) end
+end
 if #meta ~= 30 or struct.unpack('>I4', meta, 19) == 0 then return {meta, head, 1} end
 local before, n = tonumber(ARGV[1]), tonumber(ARGV[2])
 if n == 0 then

@@ -1,8 +1,8 @@
 -- unfollow.lua (unfollowScript in scripts.go), after common.lua
 --
--- unfollowScript records that the reader no longer follows ARGV[1] (the
--- following hash kept for ARGV[2] seconds more) and removes posts
--- (ARGV[5..]) from their feed: the followee's posts at or above ARGV[3],
+-- unfollowScript records that the reader no longer follows ARGV[1] as of
+-- version ARGV[5] of their graph (the following hash kept for ARGV[2]
+-- seconds more) and removes posts (ARGV[6..]) from their feed: the followee's posts at or above ARGV[3],
 -- the lowest entry the caller saw ("-": none), read from PostgreSQL after
 -- that. If the feed now holds a post below it (a rebuild finished in
 -- between), the ids may not cover the feed: nothing is changed and it
@@ -12,7 +12,10 @@
 -- following hash before it pushes (see pushScript). A feed under rebuild is
 -- dropped instead: the rebuild read PostgreSQL before the unfollow and
 -- would put the posts back; the next read rebuilds it without them. So is a
--- feed without its following hash. It returns how many posts it removed.
+-- feed without its following hash. A state that is stale (see
+-- followField: a follow newer than this unfollow was applied already)
+-- changes nothing and returns -2. Otherwise it returns how many posts it
+-- removed.
 local mk, hk, tk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local h = getSet(mk, hk)
 local ids = h and entries(h, tk)
@@ -20,14 +23,20 @@ if not ids or building(h) or redis.call('HEXISTS', fk, 'v') == 0 then
   drop(mk, hk, tk, fk)
   return 0
 end
+local v = tonumber(ARGV[5])
+local state, ver, stale = followField(fk, ARGV[1], v)
+if stale or (state == 1 and ver == v) then return -2 end
 if #ids > 0 and (ARGV[3] == '-' or ids[1] < tonumber(ARGV[3])) then
   return -1
 end
-redis.call('HDEL', fk, ARGV[1])
-redis.call('HINCRBY', fk, 'v', 1)
+unmarkMerge(fk, ARGV[1])
+if state ~= -1 or ver ~= v then
+  redis.call('HSET', fk, ARGV[1], -(v + 1))
+  redis.call('HINCRBY', fk, 'v', 1)
+end
 redis.call('EXPIRE', fk, ARGV[2])
 local gone = {}
-for _, id in ipairs(numbers(5)) do gone[id] = true end
+for _, id in ipairs(numbers(6)) do gone[id] = true end
 local removed
 ids, removed = without(ids, gone)
 h.asOf = math.max(h.asOf, tonumber(ARGV[4]))

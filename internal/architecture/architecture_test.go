@@ -37,15 +37,16 @@ var allowed = map[string][]string{
 	"internal/health":       {},
 	"internal/logctx":       {},
 	"internal/routing":      {}, // the API's one rule over echo's router, shared with openapitest
+	"internal/failpoint":    {}, // the points where tests stall the product
 	"ratelimit":             {},
 	"live":                  {"domain", "internal/backoff", "internal/defaults", "internal/health"}, // live streams' presence and messages, over Redis
 	"sticky":                {},
 	"store":                 {"domain", "internal/backoff", "internal/traceparent"},
-	"feed":                  {"domain", "internal/defaults", "internal/logctx", "internal/replicas"},
+	"feed":                  {"domain", "internal/defaults", "internal/failpoint", "internal/logctx", "internal/replicas"},
 	"queue":                 {"domain", "internal/defaults", "internal/replicas"},
 	"outbox":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
-	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/health", "internal/traceparent"},
-	"api":                   {"domain", "docs", "internal/defaults", "internal/health", "internal/logctx", "internal/routing"},
+	"fanout":                {"domain", "internal/backoff", "internal/defaults", "internal/failpoint", "internal/health", "internal/traceparent"},
+	"api":                   {"domain", "docs", "internal/defaults", "internal/failpoint", "internal/health", "internal/logctx", "internal/routing"},
 	"admin":                 {"domain", "internal/defaults", "internal/static"}, // the operator console; app hands it the store and the queue
 	"web":                   {"internal/static"},                                // the web app's files; app hands them to api
 	"internal/static":       {},                                                 // sending the embedded files of web and admin
