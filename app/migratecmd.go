@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -11,7 +13,7 @@ import (
 )
 
 func migrateCommand(load loadFunc) *cobra.Command {
-	return &cobra.Command{
+	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Apply the schema's migrations (idempotent; safe to run on every deploy and concurrently)",
 		Args:  cobra.NoArgs,
@@ -34,6 +36,41 @@ func migrateCommand(load loadFunc) *cobra.Command {
 				fmt.Fprintf(cmd.ErrOrStderr(), "INVALID indexes dropped and built again: %s\n", strings.Join(report.Dropped, ", "))
 			}
 			return nil
+		},
+	}
+	cmd.AddCommand(migrateStatusCommand(load))
+	return cmd
+}
+
+func migrateStatusCommand(load loadFunc) *cobra.Command {
+	return &cobra.Command{
+		Use:   "status",
+		Short: "Print each migration, applied (and when) or pending",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg, err := load(cmd, nil)
+			if err != nil {
+				return err
+			}
+			pool, err := store.Connect(cmd.Context(), cfg.Database.URL, 2, cfg.Database.ConnectWait)
+			if err != nil {
+				return fmt.Errorf("database.url: %w", err)
+			}
+			defer pool.Close()
+			states, err := store.MigrationStatus(cmd.Context(), pool)
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
+			fmt.Fprintln(w, "VERSION\tMIGRATION\tSTATE\tAPPLIED AT")
+			for _, s := range states {
+				state, at := "pending", "-"
+				if s.Applied {
+					state, at = "applied", s.AppliedAt.Format(time.RFC3339)
+				}
+				fmt.Fprintf(w, "%d\t%s\t%s\t%s\n", s.Version, s.Name, state, at)
+			}
+			return w.Flush()
 		},
 	}
 }

@@ -452,3 +452,47 @@ func (h statementLog) Handle(_ context.Context, r slog.Record) error {
 
 func (h statementLog) WithAttrs([]slog.Attr) slog.Handler { return h }
 func (h statementLog) WithGroup(string) slog.Handler      { return h }
+
+// MigrationState is one migration file and whether the database applied it.
+type MigrationState struct {
+	Version int64
+	// Name is the file's name.
+	Name    string
+	Applied bool
+	// AppliedAt is when, in UTC; zero while pending.
+	AppliedAt time.Time
+}
+
+// MigrationStatus lists the migration files built into the binary, oldest
+// first, each with whether and when the database applied it. It writes
+// nothing and waits for no migration that is running.
+func MigrationStatus(ctx context.Context, pool *pgxpool.Pool) ([]MigrationState, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithDisableGlobalRegistry(true))
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	var versioned bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", goose.DefaultTablename).Scan(&versioned); err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	var out []MigrationState
+	if !versioned { // goose's Status would create its table
+		for _, src := range p.ListSources() {
+			out = append(out, MigrationState{Version: src.Version, Name: path.Base(src.Path)})
+		}
+		return out, nil
+	}
+	status, err := p.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	for _, st := range status {
+		out = append(out, MigrationState{
+			Version: st.Source.Version, Name: path.Base(st.Source.Path),
+			Applied: st.State == goose.StateApplied, AppliedAt: st.AppliedAt.UTC(),
+		})
+	}
+	return out, nil
+}

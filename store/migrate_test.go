@@ -271,6 +271,37 @@ func TestMigrationFilesAreNumbered(t *testing.T) {
 	}
 }
 
+// TestMigrationStatus: each migration, applied and when, or pending; asking
+// changes nothing.
+func TestMigrationStatus(t *testing.T) {
+	t.Parallel()
+	url := newEmptyDatabase(t)
+	pool := testenv.Pool(t, url)
+	ctx := t.Context()
+	states, err := store.MigrationStatus(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, states, len(migNames(t)))
+	for i, s := range states {
+		require.Equal(t, store.MigrationState{Version: int64(i + 1), Name: migNames(t)[i]}, s)
+	}
+	require.Empty(t, migTables(t, pool), "status created nothing")
+
+	// When is when in UTC, whatever the time zone of the database.
+	dbName := pool.Config().ConnConfig.Database
+	migExecPool(t, pool, "ALTER DATABASE "+dbName+" SET TimeZone = 'Pacific/Kiritimati'") // UTC+14
+	pool = testenv.Pool(t, url)
+	before := time.Now()
+	require.NoError(t, store.Migrate(ctx, pool))
+	states, err = store.MigrationStatus(ctx, pool)
+	require.NoError(t, err)
+	require.Len(t, states, len(migNames(t)))
+	for _, s := range states {
+		require.True(t, s.Applied, s.Name)
+		require.Equal(t, time.UTC, s.AppliedAt.Location())
+		require.WithinRange(t, s.AppliedAt, before.Add(-2*time.Second), time.Now().Add(2*time.Second), s.Name)
+	}
+}
+
 // TestMigrateBuildsNewIndexesConcurrently: a NO TRANSACTION migration builds
 // its indexes CONCURRENTLY, and posts and claims go on while it does.
 func TestMigrateBuildsNewIndexesConcurrently(t *testing.T) {
