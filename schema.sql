@@ -1,25 +1,13 @@
--- newsfeed schema: the whole of it, for a new database and for every upgrade.
--- `newsfeed migrate` (and `newsfeed all`) apply it on every deploy, while the
--- service serves, through store.Migrate (store/migrate.go), which
---   * checks each statement against the catalog first and skips it when it is
---     already applied: a current schema changes nothing and locks no table;
---   * runs the rest in one transaction (all or nothing) under a short
---     lock_timeout, retried with backoff, so that it never stalls the queries
---     queued behind a lock it waits for;
---   * builds an index of a table that already existed with CREATE INDEX
---     CONCURRENTLY after that transaction (reads and writes go on), and builds
---     again an index that a failed concurrent build left INVALID;
---   * holds an advisory lock, so that two migrations run one after the other.
--- So every statement is one of the forms store.Migrate can check:
---   CREATE TABLE IF NOT EXISTS t / CREATE SEQUENCE IF NOT EXISTS s
---   ALTER TABLE t ADD COLUMN IF NOT EXISTS c ...   (one action per statement)
---   ALTER SEQUENCE s OWNED BY t.c
---   CREATE [UNIQUE] INDEX IF NOT EXISTS i ON t ...
--- Another form would run on every deploy (a test fails: a current schema must
--- run nothing). Each is idempotent by itself too, so `psql -f schema.sql` works.
--- An upgrade adds statements below the CREATE TABLE it changes (databases that
--- have the table never run its CREATE again); an added column must not
--- rewrite the table (no volatile default).
+-- newsfeed schema: the whole of it, as one file to read. It is not applied:
+-- `newsfeed migrate` (and `newsfeed all`) apply the numbered migrations of
+-- store/migrations, built into the binary, and record them (goose); the
+-- history of the schema is that list of files. This file is checked, not
+-- generated: store/TestMigrationsProduceSchemaSQL applies it to one empty
+-- database and the migrations to another and requires the same catalog
+-- (tables, columns in order with types, defaults and nullability,
+-- constraints, indexes, sequences, ...). A migration that changes the schema
+-- changes this file the same way: an added column goes last in its CREATE
+-- TABLE. docs/MIGRATIONS.md says how to add one.
 
 -- Post ids double as Redis sorted-set scores, which are float64: the sequence
 -- stops at 2^53-1 so that every score is exact (mastodon learned this late).
@@ -107,16 +95,6 @@ CREATE TABLE IF NOT EXISTS outbox (
     finished_at  timestamptz,
     died_at      timestamptz
 );
--- Upgrades of databases created by earlier versions of this file.
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS failures integer NOT NULL DEFAULT 0;
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS ticket text;
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS parent_id bigint;
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunk_no integer;
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS chunks_left integer;
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS trace_context text;
--- When a row was parked dead (NULL for rows parked before this column).
-ALTER TABLE outbox ADD COLUMN IF NOT EXISTS died_at timestamptz;
-ALTER TABLE follower_counts ADD COLUMN IF NOT EXISTS pulled boolean NOT NULL DEFAULT false;
 -- A parent splits once, however often its ticket is delivered.
 CREATE UNIQUE INDEX IF NOT EXISTS outbox_chunk_idx ON outbox (parent_id, chunk_no) WHERE parent_id IS NOT NULL;
 

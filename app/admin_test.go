@@ -32,7 +32,7 @@ func runRole(t *testing.T, args ...string) (metricsAddr, httpAddr string) {
 	t.Setenv("NEWSFEED_METRICS_ADDR", metricsAddr)
 	t.Setenv("NEWSFEED_HTTP_ADDR", httpAddr)
 	ctx, cancel := context.WithCancel(context.Background())
-	root := NewRootCommand(Assets{Schema: testenv.Schema(t)})
+	root := NewRootCommand()
 	root.SetArgs(args)
 	done := make(chan error, 1)
 	go func() { done <- root.ExecuteContext(ctx) }()

@@ -20,7 +20,7 @@ import (
 	"github.com/newsfeed/newsfeed/store"
 )
 
-func benchCommand(load loadFunc, assets Assets) *cobra.Command {
+func benchCommand(load loadFunc) *cobra.Command {
 	var opts bench.Options
 	var million bool
 	var out, apiURL, cpuProfile, clusterURL string
@@ -62,7 +62,7 @@ Redis CPU on every primary (INFO cpu, commandstats), PostgreSQL and this process
 			var cleanup func()
 			if apiURL == "" {
 				var dbURL string
-				if dbURL, err = freshBenchDatabase(ctx, cfg, assets); err == nil {
+				if dbURL, err = freshBenchDatabase(ctx, cfg); err == nil {
 					h, cleanup, err = startInProcess(ctx, cfg, dbURL, bench.Prefix)
 				}
 			} else {
@@ -146,14 +146,14 @@ var benchExecutable = os.Executable
 
 // freshBenchDatabase makes the bench's database afresh, migrated, and
 // returns its URL.
-func freshBenchDatabase(ctx context.Context, cfg *Config, assets Assets) (string, error) {
+func freshBenchDatabase(ctx context.Context, cfg *Config) (string, error) {
 	dbURL, err := bench.FreshDatabase(ctx, cfg.Database.URL)
 	if err != nil {
 		return "", err
 	}
 	benchCfg := *cfg
 	benchCfg.Database.URL = dbURL
-	if _, err := runMigrate(ctx, &benchCfg, assets.Schema); err != nil {
+	if _, err := runMigrate(ctx, &benchCfg); err != nil {
 		return "", err
 	}
 	return dbURL, nil

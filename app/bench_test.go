@@ -21,7 +21,7 @@ import (
 
 // benchSetup points the bench at a database and a Redis database of the
 // test's own, and drops the bench's database at the end.
-func benchSetup(t *testing.T) Assets {
+func benchSetup(t *testing.T) {
 	t.Helper()
 	dbURL := testenv.NewDatabaseURL(t)
 	t.Cleanup(func() {
@@ -36,9 +36,6 @@ func benchSetup(t *testing.T) Assets {
 	t.Setenv("NEWSFEED_DATABASE_URL", dbURL)
 	t.Setenv("NEWSFEED_REDIS_URL", testenv.NewRedisDB(t))
 	t.Setenv("NEWSFEED_LOG_LEVEL", "error")
-	schema, err := os.ReadFile(filepath.Join("..", "schema.sql"))
-	require.NoError(t, err)
-	return Assets{Schema: string(schema)}
 }
 
 // TestBenchSmoke runs `newsfeed bench` on a tiny scenario, so that `make
@@ -46,10 +43,10 @@ func benchSetup(t *testing.T) Assets {
 // written. (The stages with worker processes of their own need the built
 // binary: e2e/bench_test.go runs them.)
 func TestBenchSmoke(t *testing.T) {
-	assets := benchSetup(t)
+	benchSetup(t)
 	out := t.TempDir()
 
-	root := NewRootCommand(assets)
+	root := NewRootCommand()
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
@@ -85,7 +82,7 @@ func TestBenchSmoke(t *testing.T) {
 // with the way it exited and the last lines of its stderr, where the bench
 // used to wait for a fan-out nobody did.
 func TestBenchWorkerDeathEndsStage(t *testing.T) {
-	assets := benchSetup(t)
+	benchSetup(t)
 	cases := []struct {
 		name   string
 		script string   // the worker process; $PIDFILE is where it may write its pid
@@ -130,7 +127,7 @@ func TestBenchWorkerDeathEndsStage(t *testing.T) {
 					}
 				}()
 			}
-			root := NewRootCommand(assets)
+			root := NewRootCommand()
 			var stdout, stderr bytes.Buffer
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)
@@ -170,7 +167,7 @@ func TestBenchClusterFlags(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			root := NewRootCommand(Assets{})
+			root := NewRootCommand()
 			var stdout, stderr bytes.Buffer
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)

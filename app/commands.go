@@ -14,27 +14,20 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/newsfeed/newsfeed/api"
-	"github.com/newsfeed/newsfeed/store"
 )
-
-// Assets are the files built into the binary.
-type Assets struct {
-	// Schema is schema.sql.
-	Schema string
-}
 
 // Execute runs the command line and returns the error to print, if any.
 // SIGINT and SIGTERM cancel the running command, which then stops gracefully.
-func Execute(assets Assets, args []string) error {
+func Execute(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	root := NewRootCommand(assets)
+	root := NewRootCommand()
 	root.SetArgs(args)
 	return root.ExecuteContext(ctx)
 }
 
 // NewRootCommand builds the newsfeed command tree.
-func NewRootCommand(assets Assets) *cobra.Command {
+func NewRootCommand() *cobra.Command {
 	var configPath string
 	root := &cobra.Command{
 		Use:           "newsfeed",
@@ -57,16 +50,16 @@ func NewRootCommand(assets Assets) *cobra.Command {
 	}
 
 	root.AddCommand(
-		roleCommand("serve", "Serve the HTTP API", []Role{RoleServe}, false, sources, assets),
-		roleCommand("dispatch", "Publish outbox events to the queue", []Role{RoleDispatch}, false, sources, assets),
-		roleCommand("work", "Fan posts out to followers' feeds", []Role{RoleWork}, false, sources, assets),
-		roleCommand("all", "Apply the schema, then run every role in one process", []Role{RoleServe, RoleDispatch, RoleWork}, true, sources, assets),
-		migrateCommand(load, assets),
+		roleCommand("serve", "Serve the HTTP API", []Role{RoleServe}, false, sources),
+		roleCommand("dispatch", "Publish outbox events to the queue", []Role{RoleDispatch}, false, sources),
+		roleCommand("work", "Fan posts out to followers' feeds", []Role{RoleWork}, false, sources),
+		roleCommand("all", "Apply the schema, then run every role in one process", []Role{RoleServe, RoleDispatch, RoleWork}, true, sources),
+		migrateCommand(load),
 		tokenCommand(load),
 		outboxCommand(load),
 		feedCommand(load),
 		configCommand(sources),
-		benchCommand(load, assets),
+		benchCommand(load),
 		versionCommand(),
 	)
 	// --version prints the same line as the version command.
@@ -82,7 +75,7 @@ type loadFunc func(cmd *cobra.Command, flags []FlagValue) (*Config, error)
 // sourcesFunc says where cmd reads its configuration.
 type sourcesFunc func(cmd *cobra.Command, flags []FlagValue) ConfigSources
 
-func roleCommand(name, short string, roles []Role, migrate bool, sources sourcesFunc, assets Assets) *cobra.Command {
+func roleCommand(name, short string, roles []Role, migrate bool, sources sourcesFunc) *cobra.Command {
 	var dev bool
 	var keyFlags []*keyFlag
 	cmd := &cobra.Command{
@@ -118,7 +111,7 @@ func roleCommand(name, short string, roles []Role, migrate bool, sources sources
 			defer func() { _ = log.Sync() }()
 			ctx := cmd.Context()
 			if migrate {
-				if _, err := runMigrate(ctx, cfg, assets.Schema); err != nil {
+				if _, err := runMigrate(ctx, cfg); err != nil {
 					return stoppedOr(ctx, err)
 				}
 			}
@@ -219,48 +212,6 @@ func stoppedOr(ctx context.Context, err error) error {
 		return nil
 	}
 	return err
-}
-
-func migrateCommand(load loadFunc, assets Assets) *cobra.Command {
-	return &cobra.Command{
-		Use:   "migrate",
-		Short: "Apply schema.sql (idempotent; safe to run on every deploy and concurrently)",
-		Args:  cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, err := load(cmd, nil)
-			if err != nil {
-				return err
-			}
-			report, err := runMigrate(cmd.Context(), cfg, assets.Schema)
-			if err != nil {
-				return err
-			}
-			if len(report.Applied) == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "schema applied (already current: nothing ran, no table locked)")
-				return nil
-			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "schema applied (%d statements ran, %d retries after lock timeouts)\n",
-				len(report.Applied), report.Retries)
-			return nil
-		},
-	}
-}
-
-// runMigrate creates the database if it is missing, then applies the schema
-// and says what ran.
-func runMigrate(ctx context.Context, cfg *Config, schema string) (store.MigrateReport, error) {
-	pool, err := store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
-	if store.IsDatabaseMissing(err) {
-		if err := store.CreateDatabase(ctx, cfg.Database.URL); err != nil {
-			return store.MigrateReport{}, fmt.Errorf("database.url: %w", err)
-		}
-		pool, err = store.Connect(ctx, cfg.Database.URL, 2, cfg.Database.ConnectWait)
-	}
-	if err != nil {
-		return store.MigrateReport{}, fmt.Errorf("database.url: %w", err)
-	}
-	defer pool.Close()
-	return store.MigrateWith(ctx, pool, schema, store.MigrateOptions{})
 }
 
 func tokenCommand(load loadFunc) *cobra.Command {

@@ -14,7 +14,7 @@ import (
 // after "newsfeed: ").
 func runCommand(t *testing.T, file string, args ...string) (string, error) {
 	t.Helper()
-	root := NewRootCommand(Assets{})
+	root := NewRootCommand()
 	var out bytes.Buffer
 	root.SetOut(&out)
 	root.SetErr(&out)
@@ -72,7 +72,7 @@ func TestKeyFlags(t *testing.T) {
 		require.NoError(t, err)
 		require.Regexp(t, `--concurrency int +tickets processed at once \(fanout\.concurrency\) \(default 64\)`, help)
 
-		root := NewRootCommand(Assets{})
+		root := NewRootCommand()
 		cmd, _, err := root.Find([]string{role})
 		require.NoError(t, err)
 		require.NoError(t, cmd.ParseFlags([]string{"--concurrency", " 12 "}))

@@ -33,7 +33,7 @@ func TestHealthyMeansListening(t *testing.T) {
 		t.Setenv("NEWSFEED_HTTP_ADDR", httpAddr)
 
 		ctx, cancel := context.WithCancel(context.Background())
-		root := NewRootCommand(Assets{Schema: testenv.Schema(t)})
+		root := NewRootCommand()
 		root.SetArgs([]string{"serve"})
 		done := make(chan error, 1)
 		go func() { done <- root.ExecuteContext(ctx) }()

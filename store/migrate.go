@@ -2,74 +2,103 @@ package store
 
 import (
 	"context"
+	"database/sql"
+	"embed"
+	"errors"
 	"fmt"
-	"regexp"
+	"io/fs"
+	"log/slog"
+	"math"
+	"path"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgerrcode"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+	"github.com/pressly/goose/v3"
+	"github.com/pressly/goose/v3/lock"
 
 	"github.com/newsfeed/newsfeed/internal/backoff"
 )
 
-// Migrations run on every deploy while the service serves, so a migration of
-// a current schema must change nothing and lock no table, and one that does
-// change something must never queue a strong lock behind a long query (every
-// query on the table would queue behind it in turn). So Migrate:
+// The schema is the list of numbered SQL files under store/migrations,
+// applied in order by goose and recorded in its table (goose_db_version).
+// Migrations run on every deploy while the service serves, so:
 //
-//   - splits the schema into statements and checks each against the catalog
-//     first, skipping those already satisfied: a relation that exists, a
-//     column that exists, a sequence already owned, a valid index. The checks
-//     read only catalogs (to_regclass takes no lock on the relation it names);
-//   - runs what is left in one transaction (all or nothing), except indexes on
-//     tables that existed before this migration: those are built afterwards
-//     with CREATE INDEX CONCURRENTLY, which lets reads and writes go on, and an
-//     INVALID index that a failed concurrent build left is dropped
-//     (concurrently) and built again;
-//   - runs every statement under a lock_timeout and retries a step whose lock
-//     was not granted (55P03) or that deadlocked (40P01), with backoff, for
-//     RetryFor, then fails naming the statement;
-//   - holds an advisory lock throughout, so that concurrent migrations run one
-//     after the other (the second finds the schema current).
+//   - a database that has every migration runs nothing and locks no table:
+//     it reads goose's table and stops;
+//   - each migration runs in a transaction (all or nothing) under a short
+//     lock_timeout, so that it never stalls the queries that would queue
+//     behind a lock it waits for, unless its file says
+//     `-- +goose NO TRANSACTION`: such a file builds indexes with CREATE
+//     INDEX CONCURRENTLY, which lets reads and writes go on, statement by
+//     statement, under a longer lock_timeout (its waits block nobody);
+//   - a migration whose lock was not granted (55P03) or that deadlocked
+//     (40P01) is tried again with backoff, for RetryFor, then Migrate fails
+//     naming the file and the statement;
+//   - before a migration runs, an INVALID index that it names (a concurrent
+//     build that failed or was cancelled leaves one, maintained but never
+//     used, which CREATE INDEX IF NOT EXISTS would take for done) is dropped
+//     concurrently, so that the migration builds it again;
+//   - goose's advisory lock (the one the unversioned migrate took, so that old
+//     and new binaries of a rolling deploy take turns too) makes concurrent
+//     migrations run one after the other: the second finds them applied.
 //
-// A statement of a form Migrate does not know runs on every migration, in the
-// transaction: schema.sql uses only the known forms (a test checks that a
-// current schema runs nothing).
+// docs/MIGRATIONS.md says how to write one.
 const (
-	// DefaultMigrateLockTimeout bounds how long a statement of the
-	// transaction (an ALTER TABLE takes ACCESS EXCLUSIVE) waits for its lock;
+	// DefaultMigrateLockTimeout bounds how long a statement of a migration in
+	// a transaction (an ALTER TABLE takes ACCESS EXCLUSIVE) waits for a lock;
 	// meanwhile the queries queued behind its request wait too.
 	DefaultMigrateLockTimeout = 2 * time.Second
-	// DefaultMigrateIndexLockTimeout bounds the waits of a concurrent index
-	// build: for its SHARE UPDATE EXCLUSIVE lock, for the writers of the
+	// DefaultMigrateIndexLockTimeout bounds the waits of a NO TRANSACTION
+	// migration's concurrent index builds, and of the drop of an INVALID
+	// index: for their SHARE UPDATE EXCLUSIVE lock, for the writers of the
 	// table and for every older snapshot of the database. These waits block
 	// no reads or writes, so they may be longer; a query that outlasts it
 	// costs the build, which is retried.
 	DefaultMigrateIndexLockTimeout = 30 * time.Second
-	// DefaultMigrateRetryFor is how long one step (the transaction, or one
-	// index build) is retried after lock timeouts before Migrate gives up.
+	// DefaultMigrateRetryFor is how long one migration is retried after lock
+	// timeouts before Migrate gives up.
 	DefaultMigrateRetryFor = 2 * time.Minute
 
 	migrateMinBackoff = 100 * time.Millisecond
 	migrateMaxBackoff = 5 * time.Second
+	// migrateLockPoll is how often, in seconds (goose counts whole ones), a
+	// migration asks again for the lock another one holds.
+	migrateLockPoll = 1
 )
 
 // migrateLockID is the advisory lock that serializes concurrent migrations.
 const migrateLockID = 0x6e6577736665 // "newsfe"
 
+//go:embed migrations/*.sql
+var migrationFiles embed.FS
+
+// Migrations returns the migration files built into the binary
+// (store/migrations).
+func Migrations() fs.FS {
+	sub, err := fs.Sub(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // the directory is embedded: cannot happen
+	}
+	return sub
+}
+
 // MigrateOptions tune MigrateWith; zero values mean the defaults.
 type MigrateOptions struct {
-	// LockTimeout is the lock_timeout of the transactional statements
-	// (DefaultMigrateLockTimeout when 0).
+	// LockTimeout is the lock_timeout of migrations that run in a
+	// transaction (DefaultMigrateLockTimeout when 0).
 	LockTimeout time.Duration
-	// IndexLockTimeout is the lock_timeout of concurrent index builds and
-	// drops (DefaultMigrateIndexLockTimeout when 0).
+	// IndexLockTimeout is the lock_timeout of NO TRANSACTION migrations and
+	// of the drops of INVALID indexes (DefaultMigrateIndexLockTimeout when 0).
 	IndexLockTimeout time.Duration
-	// RetryFor is how long a step is retried after a lock timeout
+	// RetryFor is how long a migration is retried after a lock timeout
 	// (DefaultMigrateRetryFor when 0; negative: never retried).
 	RetryFor time.Duration
+	// Migrations are the files to apply (Migrations() when nil).
+	Migrations fs.FS
 }
 
 func (o MigrateOptions) withDefaults() MigrateOptions {
@@ -82,116 +111,265 @@ func (o MigrateOptions) withDefaults() MigrateOptions {
 	if o.RetryFor == 0 {
 		o.RetryFor = DefaultMigrateRetryFor
 	}
+	if o.Migrations == nil {
+		o.Migrations = Migrations()
+	}
 	return o
 }
 
 // MigrateReport says what a migration did.
 type MigrateReport struct {
-	// Applied lists the statements that ran, in order, as they ran (index
-	// builds on existing tables with CONCURRENTLY). Empty when the schema
-	// was current.
+	// Applied lists the migrations that ran, by file name, in order. Empty
+	// when the database had them all.
 	Applied []string
-	// Retries counts steps run again after a lock timeout.
+	// Dropped lists the INVALID indexes dropped so that the migration that
+	// names them would build them again.
+	Dropped []string
+	// Retries counts migrations run again after a lock timeout.
 	Retries int
 }
 
-// Migrate applies schema with the default options: see MigrateWith.
-func Migrate(ctx context.Context, pool *pgxpool.Pool, schema string) error {
-	_, err := MigrateWith(ctx, pool, schema, MigrateOptions{})
+// Migrate applies the migrations with the default options: see MigrateWith.
+func Migrate(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := MigrateWith(ctx, pool, MigrateOptions{})
 	return err
 }
 
-// MigrateWith applies schema, a script of SQL statements, under an advisory
-// lock; it changes nothing, and takes no lock on a table, when the schema is
-// current. See the comment above DefaultMigrateLockTimeout for how.
-func MigrateWith(ctx context.Context, pool *pgxpool.Pool, schema string, opts MigrateOptions) (MigrateReport, error) {
+// MigrateWith applies the migrations that the database has not applied, in
+// order, each under the advisory lock; it changes nothing, and takes no lock
+// on a table, when the database has them all. See the comment above
+// DefaultMigrateLockTimeout for how.
+func MigrateWith(ctx context.Context, pool *pgxpool.Pool, opts MigrateOptions) (MigrateReport, error) {
 	var report MigrateReport
-	stmts, err := parseSchema(schema)
+	opts = opts.withDefaults()
+	// database/sql over the pool's connections: goose speaks it.
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	locker, err := lock.NewPostgresSessionLocker(
+		lock.WithLockID(migrateLockID),
+		// As long as ctx allows: the migration ahead may be building a big index.
+		lock.WithLockTimeout(migrateLockPoll, math.MaxUint64))
 	if err != nil {
 		return report, fmt.Errorf("migrate: %w", err)
 	}
-	conn, err := pool.Acquire(ctx)
+	s := &migrateSession{locker: locker, opts: opts, report: &report}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, opts.Migrations,
+		goose.WithSessionLocker(s),
+		goose.WithDisableGlobalRegistry(true),
+		// goose names each statement before it runs it: an error names it too.
+		goose.WithVerbose(true), goose.WithSlog(slog.New(statementLog{s})))
 	if err != nil {
 		return report, fmt.Errorf("migrate: %w", err)
 	}
-	defer conn.Release()
-	// The advisory lock waits as long as ctx allows, without lock_timeout:
-	// the migration ahead may be building a big index.
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", migrateLockID); err != nil {
-		return report, fmt.Errorf("migrate: take lock: %w", err)
+	// Without the lock, which a current database never waits for. goose
+	// refuses a file older than one applied (merged out of order), so the
+	// pending ones are those after the highest applied.
+	pending, err := p.HasPending(ctx)
+	if err != nil {
+		return report, fmt.Errorf("migrate: %w", err)
 	}
-	defer func() {
-		// On a fresh context: the lock must go even if ctx was cancelled, and
-		// the connection goes back to the pool without the lock_timeout.
-		cleanupCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_, err := conn.Exec(cleanupCtx, "RESET lock_timeout")
-		if err == nil {
-			_, err = conn.Exec(cleanupCtx, "SELECT pg_advisory_unlock($1)", migrateLockID)
+	if !pending {
+		return report, nil
+	}
+	current, _, err := p.GetVersions(ctx)
+	if err != nil {
+		return report, fmt.Errorf("migrate: %w", err)
+	}
+	for _, src := range p.ListSources() {
+		if src.Version <= current {
+			continue
 		}
+		m, err := readMigration(opts.Migrations, src)
 		if err != nil {
-			conn.Conn().Close(cleanupCtx) // a closed session drops its locks and settings
-		}
-	}()
-	m := &migrator{conn: conn.Conn(), opts: opts.withDefaults(), report: &report}
-	var deferred []*statement
-	err = m.retry(ctx, func() error {
-		var err error
-		deferred, err = m.applyInTx(ctx, stmts)
-		return err
-	})
-	if err != nil {
-		return report, fmt.Errorf("migrate: %w", err)
-	}
-	for _, s := range deferred {
-		if err := m.retry(ctx, func() error { return m.buildIndex(ctx, s) }); err != nil {
 			return report, fmt.Errorf("migrate: %w", err)
+		}
+		if err := s.retry(ctx, func() error { return s.apply(ctx, p, m) }); err != nil {
+			return report, fmt.Errorf("migrate: %s: %w", m.name, err)
 		}
 	}
 	return report, nil
 }
 
-type migrator struct {
-	conn   *pgx.Conn
+// migrationFile is what the runner reads of a migration beside goose.
+type migrationFile struct {
+	version int64
+	name    string // the file's name
+	text    string
+	inTx    bool
+}
+
+func readMigration(fsys fs.FS, src *goose.Source) (*migrationFile, error) {
+	b, err := fs.ReadFile(fsys, src.Path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", src.Path, err)
+	}
+	text := string(b)
+	return &migrationFile{version: src.Version, name: path.Base(src.Path), text: text, inTx: !noTransaction(text)}, nil
+}
+
+// noTransaction reports whether a migration carries the annotation
+// `-- +goose NO TRANSACTION`, read as goose reads annotations.
+func noTransaction(text string) bool {
+	for line := range strings.Lines(text) {
+		if !strings.HasPrefix(line, "--") || !strings.Contains(line, "+goose") {
+			continue
+		}
+		cmd := strings.Replace(strings.ReplaceAll(line, "--", ""), "+goose", "", 1)
+		if strings.EqualFold(strings.TrimSpace(cmd), "NO TRANSACTION") {
+			return true
+		}
+	}
+	return false
+}
+
+// migrateSession runs the migrations through goose and prepares, under the
+// advisory lock, each session goose runs one on: goose hands it to the
+// session locker, which this wraps.
+type migrateSession struct {
+	locker lock.SessionLocker
 	opts   MigrateOptions
 	report *MigrateReport
-	// timeout is the lock_timeout the session has now.
-	timeout time.Duration
+	// next is the migration goose is about to run.
+	next *migrationFile
+	// statement is the last statement goose began; timeout the session's
+	// lock_timeout.
+	statement string
+	timeout   time.Duration
 }
 
-// stmtError names the statement that failed.
-type stmtError struct {
-	sql     string
-	timeout time.Duration
-	err     error
-}
-
-func (e *stmtError) Error() string {
-	sql := e.sql
-	if len(sql) > 200 {
-		sql = sql[:200] + "…"
+// apply runs m unless another migration applied it meanwhile.
+func (s *migrateSession) apply(ctx context.Context, p *goose.Provider, m *migrationFile) error {
+	s.next, s.statement = m, ""
+	_, err := p.ApplyVersion(ctx, m.version, true)
+	if errors.Is(err, goose.ErrAlreadyApplied) {
+		return nil
 	}
-	if isLockTimeout(e.err) {
-		return fmt.Sprintf("%s: lock not granted within lock_timeout %s: %v", sql, e.timeout, e.err)
+	if err != nil {
+		var named *stmtError
+		if errors.As(err, &named) { // a statement of the session's preparation
+			return named
+		}
+		if s.statement == "" {
+			return err
+		}
+		return &stmtError{sql: s.statement, timeout: s.timeout, err: err}
 	}
-	return fmt.Sprintf("%s: %v", sql, e.err)
+	s.report.Applied = append(s.report.Applied, m.name)
+	return nil
 }
 
-func (e *stmtError) Unwrap() error { return e.err }
-
-func (m *migrator) fail(sql string, err error) error {
-	return &stmtError{sql: sql, timeout: m.timeout, err: err}
+// SessionLock takes the advisory lock on the session goose will run the
+// next migration on, then sets it up for that migration: its lock_timeout,
+// UTC (goose records when with now() in a timestamp without time zone), and
+// no INVALID index that the migration names.
+func (s *migrateSession) SessionLock(ctx context.Context, conn *sql.Conn) error {
+	if err := s.locker.SessionLock(ctx, conn); err != nil {
+		return err
+	}
+	if err := s.prepare(ctx, conn); err != nil {
+		_ = s.SessionUnlock(context.WithoutCancel(ctx), conn)
+		return err
+	}
+	return nil
 }
 
-// isLockTimeout reports whether err is a lock wait that gave up (55P03,
-// lock_not_available) or a deadlock (40P01): both pass if tried again later.
-func isLockTimeout(err error) bool {
-	return hasCode(err, pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected)
+func (s *migrateSession) prepare(ctx context.Context, conn *sql.Conn) error {
+	if err := s.setLockTimeout(ctx, conn, s.opts.IndexLockTimeout); err != nil {
+		return err
+	}
+	if err := s.dropInvalidIndexes(ctx, conn); err != nil {
+		return err
+	}
+	timeout := s.opts.IndexLockTimeout
+	if s.next.inTx {
+		timeout = s.opts.LockTimeout
+	}
+	if err := s.setLockTimeout(ctx, conn, timeout); err != nil {
+		return err
+	}
+	if _, err := conn.ExecContext(ctx, "SET TimeZone = 'UTC'"); err != nil {
+		return fmt.Errorf("set TimeZone: %w", err)
+	}
+	return nil
+}
+
+// SessionUnlock gives the session back as it was, without the lock.
+func (s *migrateSession) SessionUnlock(ctx context.Context, conn *sql.Conn) error {
+	_, err := conn.ExecContext(ctx, "RESET lock_timeout")
+	if err == nil {
+		_, err = conn.ExecContext(ctx, "RESET TimeZone")
+	}
+	if err == nil {
+		err = s.locker.SessionUnlock(ctx, conn)
+	}
+	if err != nil {
+		// A closed session drops its locks and settings; the pool then
+		// discards the connection.
+		_ = conn.Raw(func(driverConn any) error {
+			if c, ok := driverConn.(*stdlib.Conn); ok {
+				return c.Conn().Close(ctx)
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// setLockTimeout sets the session's lock_timeout (whole milliseconds, at
+// least 1: 0 would mean no timeout).
+func (s *migrateSession) setLockTimeout(ctx context.Context, conn *sql.Conn, d time.Duration) error {
+	ms := max(d.Milliseconds(), 1)
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", ms)); err != nil {
+		return fmt.Errorf("set lock_timeout: %w", err)
+	}
+	s.timeout = d
+	return nil
+}
+
+// dropInvalidIndexes drops, concurrently, the INVALID indexes of the schema
+// that the next migration names, except those a build is working on.
+func (s *migrateSession) dropInvalidIndexes(ctx context.Context, conn *sql.Conn) error {
+	rows, err := conn.QueryContext(ctx, `
+SELECT c.relname FROM pg_index i
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = current_schema() AND NOT i.indisvalid
+  AND NOT EXISTS (SELECT FROM pg_stat_progress_create_index p WHERE p.index_relid = i.indexrelid)
+ORDER BY 1`)
+	if err != nil {
+		return fmt.Errorf("find INVALID indexes: %w", err)
+	}
+	var invalid []string
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return fmt.Errorf("find INVALID indexes: %w", err)
+		}
+		if strings.Contains(s.next.text, name) {
+			invalid = append(invalid, name)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("find INVALID indexes: %w", err)
+	}
+	for _, name := range invalid {
+		drop := "DROP INDEX CONCURRENTLY IF EXISTS " + quoteIdent(name) //nolint:gosec // a name from the catalog, quoted: DDL takes no parameters
+		if _, err := conn.ExecContext(ctx, drop); err != nil {
+			return &stmtError{sql: drop + " (an INVALID index, to build it again)", timeout: s.timeout, err: err}
+		}
+		s.report.Dropped = append(s.report.Dropped, name)
+	}
+	return nil
+}
+
+func quoteIdent(name string) string {
+	return `"` + strings.ReplaceAll(name, `"`, `""`) + `"`
 }
 
 // retry runs step until it succeeds, fails otherwise than by a lock timeout,
 // or has been retried for RetryFor.
-func (m *migrator) retry(ctx context.Context, step func() error) error {
+func (s *migrateSession) retry(ctx context.Context, step func() error) error {
 	start := time.Now()
 	wait := backoff.Doubling{Min: migrateMinBackoff, Max: migrateMaxBackoff}
 	delay := wait.Next()
@@ -201,13 +379,13 @@ func (m *migrator) retry(ctx context.Context, step func() error) error {
 			return err
 		}
 		spent := time.Since(start)
-		if m.opts.RetryFor < 0 || spent+delay > m.opts.RetryFor {
+		if s.opts.RetryFor < 0 || spent+delay > s.opts.RetryFor {
 			return fmt.Errorf("gave up after %s in %s: %w", attempts(attempt), spent.Round(time.Millisecond), err)
 		}
 		if !backoff.Sleep(ctx, delay) {
 			return fmt.Errorf("stopped after %s: %w (%w)", attempts(attempt), err, ctx.Err())
 		}
-		m.report.Retries++
+		s.report.Retries++
 		delay = wait.Next()
 	}
 }
@@ -219,346 +397,102 @@ func attempts(n int) string {
 	return fmt.Sprintf("%d attempts", n)
 }
 
-// setLockTimeout sets the session's lock_timeout (whole milliseconds, at
-// least 1: 0 would mean no timeout).
-func (m *migrator) setLockTimeout(ctx context.Context, d time.Duration) error {
-	if m.timeout == d {
-		return nil
+// isLockTimeout reports whether err is a lock wait that gave up (55P03,
+// lock_not_available) or a deadlock (40P01): both pass if tried again later.
+func isLockTimeout(err error) bool {
+	return hasCode(err, pgerrcode.LockNotAvailable, pgerrcode.DeadlockDetected)
+}
+
+// stmtError names the statement that failed.
+type stmtError struct {
+	sql     string
+	timeout time.Duration
+	err     error
+}
+
+func (e *stmtError) Error() string {
+	sql := strings.Join(strings.Fields(e.sql), " ")
+	if len(sql) > 200 {
+		sql = sql[:200] + "…"
 	}
-	ms := max(d.Milliseconds(), 1)
-	if _, err := m.conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = '%dms'", ms)); err != nil {
-		return fmt.Errorf("set lock_timeout: %w", err)
+	// PostgreSQL's own words, without goose's wrapping; where in a DO
+	// block, when it says.
+	cause := e.err.Error()
+	var pgErr *pgconn.PgError
+	if errors.As(e.err, &pgErr) {
+		cause = pgErr.Error()
+		if pgErr.Where != "" {
+			cause += " (" + strings.Join(strings.Fields(pgErr.Where), " ") + ")"
+		}
 	}
-	m.timeout = d
+	if isLockTimeout(e.err) {
+		return fmt.Sprintf("%s: lock not granted within lock_timeout %s: %s", sql, e.timeout, cause)
+	}
+	return fmt.Sprintf("%s: %s", sql, cause)
+}
+
+func (e *stmtError) Unwrap() error { return e.err }
+
+// statementLog is goose's logger: it keeps the statement goose is about to
+// run, so that an error can name it, and drops the rest.
+type statementLog struct{ s *migrateSession }
+
+func (h statementLog) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h statementLog) Handle(_ context.Context, r slog.Record) error {
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "statement" {
+			h.s.statement = a.Value.String()
+			return false
+		}
+		return true
+	})
 	return nil
 }
 
-// applyInTx runs, in one transaction, the statements the catalog does not
-// show applied yet, and returns the indexes to build concurrently after it.
-func (m *migrator) applyInTx(ctx context.Context, stmts []*statement) (deferred []*statement, err error) {
-	if err := m.setLockTimeout(ctx, m.opts.LockTimeout); err != nil {
-		return nil, err
-	}
-	tx, err := m.conn.Begin(ctx)
+func (h statementLog) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h statementLog) WithGroup(string) slog.Handler      { return h }
+
+// MigrationState is one migration file and whether the database applied it.
+type MigrationState struct {
+	Version int64
+	// Name is the file's name.
+	Name    string
+	Applied bool
+	// AppliedAt is when, in UTC; zero while pending.
+	AppliedAt time.Time
+}
+
+// MigrationStatus lists the migration files built into the binary, oldest
+// first, each with whether and when the database applied it. It writes
+// nothing and waits for no migration that is running.
+func MigrationStatus(ctx context.Context, pool *pgxpool.Pool) ([]MigrationState, error) {
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	p, err := goose.NewProvider(goose.DialectPostgres, db, Migrations(), goose.WithDisableGlobalRegistry(true))
 	if err != nil {
-		return nil, fmt.Errorf("begin: %w", err)
+		return nil, fmt.Errorf("migration status: %w", err)
 	}
-	defer func() {
-		if err != nil {
-			_ = tx.Rollback(ctx)
+	var versioned bool
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", goose.DefaultTablename).Scan(&versioned); err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	var out []MigrationState
+	if !versioned { // goose's Status would create its table
+		for _, src := range p.ListSources() {
+			out = append(out, MigrationState{Version: src.Version, Name: path.Base(src.Path)})
 		}
-	}()
-	var applied []string
-	created := map[uint32]bool{} // tables this transaction created
-	for _, s := range stmts {
-		done, err := s.applied(ctx, tx)
-		if err != nil {
-			return nil, m.fail(s.sql, fmt.Errorf("check the catalog: %w", err))
-		}
-		if done {
-			continue
-		}
-		if s.kind == kindIndex {
-			var table uint32
-			if err := tx.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", s.table).Scan(&table); err != nil {
-				return nil, m.fail(s.sql, fmt.Errorf("check the catalog: %w", err))
-			}
-			if table != 0 && !created[table] {
-				// The table has rows and readers: build it concurrently, later.
-				// (A missing table fails here, in the transaction.)
-				deferred = append(deferred, s)
-				continue
-			}
-			// A table created in this transaction is seen by nobody else yet:
-			// its index is built here, all or nothing with it.
-		}
-		if _, err := tx.Exec(ctx, s.sql); err != nil {
-			return nil, m.fail(s.sql, err)
-		}
-		applied = append(applied, s.sql)
-		if s.kind == kindCreateTable {
-			var oid uint32
-			if err := tx.QueryRow(ctx, "SELECT coalesce(to_regclass($1)::oid, 0)", s.name).Scan(&oid); err != nil {
-				return nil, m.fail(s.sql, fmt.Errorf("check the catalog: %w", err))
-			}
-			created[oid] = true
-		}
+		return out, nil
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("commit: %w", err)
-	}
-	m.report.Applied = append(m.report.Applied, applied...)
-	return deferred, nil
-}
-
-// buildIndex builds an index on an existing table concurrently, after
-// dropping an INVALID one of the same name (a concurrent build that failed
-// or was cancelled leaves one behind, which is maintained but never used).
-func (m *migrator) buildIndex(ctx context.Context, s *statement) error {
-	if err := m.setLockTimeout(ctx, m.opts.IndexLockTimeout); err != nil {
-		return err
-	}
-	var valid *bool
-	err := m.conn.QueryRow(ctx, "SELECT indisvalid FROM pg_index WHERE indexrelid = to_regclass($1)", s.name).Scan(&valid)
-	if err != nil && !isNoRows(err) {
-		return m.fail(s.concurrently, fmt.Errorf("check the catalog: %w", err))
-	}
-	if valid != nil && *valid {
-		return nil
-	}
-	if valid != nil {
-		drop := "DROP INDEX CONCURRENTLY IF EXISTS " + s.name
-		if _, err := m.conn.Exec(ctx, drop); err != nil {
-			return m.fail(drop+" (an INVALID index, to build it again)", err)
-		}
-		m.report.Applied = append(m.report.Applied, drop)
-	}
-	if _, err := m.conn.Exec(ctx, s.concurrently); err != nil {
-		return m.fail(s.concurrently, err)
-	}
-	m.report.Applied = append(m.report.Applied, s.concurrently)
-	return nil
-}
-
-type stmtKind int
-
-const (
-	kindOther       stmtKind = iota // run on every migration
-	kindCreateTable                 // CREATE TABLE IF NOT EXISTS name
-	kindCreateSeq                   // CREATE SEQUENCE IF NOT EXISTS name
-	kindAddColumn                   // ALTER TABLE table ADD COLUMN IF NOT EXISTS column (one action)
-	kindOwnedBy                     // ALTER SEQUENCE name OWNED BY table.column
-	kindIndex                       // CREATE [UNIQUE] INDEX IF NOT EXISTS name ON table
-)
-
-// statement is one statement of the schema, with what its catalog check needs.
-type statement struct {
-	sql    string // comments removed, whitespace collapsed
-	kind   stmtKind
-	name   string // the relation the statement creates or alters, for to_regclass
-	table  string // the table of a column or an index, for to_regclass
-	column string // the column, as pg_attribute.attname spells it
-	// concurrently is an index's statement with CONCURRENTLY.
-	concurrently string
-}
-
-// applied reports whether the catalog shows the statement applied.
-func (s *statement) applied(ctx context.Context, tx pgx.Tx) (bool, error) {
-	var ok bool
-	var err error
-	switch s.kind {
-	case kindCreateTable, kindCreateSeq:
-		err = tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", s.name).Scan(&ok)
-	case kindAddColumn:
-		err = tx.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM pg_attribute
-               WHERE attrelid = to_regclass($1) AND attname = $2 AND attnum > 0 AND NOT attisdropped)`,
-			s.table, s.column).Scan(&ok)
-	case kindOwnedBy:
-		err = tx.QueryRow(ctx, `
-SELECT EXISTS (SELECT 1 FROM pg_depend d
-               JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
-               WHERE d.classid = 'pg_class'::regclass AND d.objid = to_regclass($1)
-                 AND d.refclassid = 'pg_class'::regclass AND d.refobjid = to_regclass($2)
-                 AND a.attname = $3 AND d.deptype = 'a')`,
-			s.name, s.table, s.column).Scan(&ok)
-	case kindIndex:
-		err = tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_index WHERE indexrelid = to_regclass($1) AND indisvalid)",
-			s.name).Scan(&ok)
-	}
-	return ok, err
-}
-
-const (
-	identRE     = `(?:"(?:[^"]|"")+"|[A-Za-z_][A-Za-z0-9_$]*)`
-	qualifiedRE = `(?:(` + identRE + `)\.)?(` + identRE + `)` // two groups: schema, name
-)
-
-var (
-	createRelRE = regexp.MustCompile(`(?i)^CREATE (TABLE|SEQUENCE) IF NOT EXISTS (` + qualifiedRE + `)(?:[ (]|$)`)
-	addColumnRE = regexp.MustCompile(`(?i)^ALTER TABLE (?:IF EXISTS )?(?:ONLY )?(` + qualifiedRE + `) ADD (?:COLUMN )?IF NOT EXISTS (` + identRE + `) (.*)$`)
-	ownedByRE   = regexp.MustCompile(`(?i)^ALTER SEQUENCE (?:IF EXISTS )?(` + qualifiedRE + `) OWNED BY (` + qualifiedRE + `)\.(` + identRE + `)$`)
-	indexRE     = regexp.MustCompile(`(?i)^(CREATE (?:UNIQUE )?INDEX) (IF NOT EXISTS (` + identRE + `) ON (` + qualifiedRE + `)[ (].*)$`)
-)
-
-// parseSchema splits a script into statements and recognizes the forms
-// whose effect the catalog can confirm.
-func parseSchema(schema string) ([]*statement, error) {
-	sqls, err := splitSQL(schema)
+	status, err := p.Status(ctx)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("migration status: %w", err)
 	}
-	stmts := make([]*statement, 0, len(sqls))
-	for _, sql := range sqls {
-		s := &statement{sql: sql, kind: kindOther}
-		if g := createRelRE.FindStringSubmatch(sql); g != nil {
-			s.kind, s.name = kindCreateTable, g[2]
-			if strings.EqualFold(g[1], "SEQUENCE") {
-				s.kind = kindCreateSeq
-			}
-		} else if g := addColumnRE.FindStringSubmatch(sql); g != nil && !hasTopLevelComma(g[5]) {
-			s.kind, s.table, s.column = kindAddColumn, g[1], identName(g[4])
-			s.name = s.table
-		} else if g := ownedByRE.FindStringSubmatch(sql); g != nil {
-			s.kind, s.name, s.table, s.column = kindOwnedBy, g[1], g[4], identName(g[7])
-		} else if g := indexRE.FindStringSubmatch(sql); g != nil {
-			s.kind, s.table = kindIndex, g[4]
-			s.name = g[3]
-			if g[5] != "" { // an index lives in its table's schema
-				s.name = g[5] + "." + g[3]
-			}
-			s.concurrently = g[1] + " CONCURRENTLY " + g[2]
-		}
-		stmts = append(stmts, s)
-	}
-	return stmts, nil
-}
-
-// identName is how the catalog spells an identifier: unquoted ones fold to
-// lower case, quoted ones are taken as written.
-func identName(ident string) string {
-	if strings.HasPrefix(ident, `"`) {
-		return strings.ReplaceAll(ident[1:len(ident)-1], `""`, `"`)
-	}
-	return strings.ToLower(ident)
-}
-
-// hasTopLevelComma reports whether s (the tail of a normalized statement)
-// has a comma outside parentheses and quotes: an ALTER TABLE of several
-// actions, which one catalog check cannot confirm.
-func hasTopLevelComma(s string) bool {
-	depth := 0
-	var quote byte
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case quote != 0:
-			if c == quote {
-				quote = 0
-			}
-		case c == '\'' || c == '"':
-			quote = c
-		case c == '(':
-			depth++
-		case c == ')':
-			depth--
-		case c == ',' && depth == 0:
-			return true
-		}
-	}
-	return false
-}
-
-var dollarTagRE = regexp.MustCompile(`^\$(?:[A-Za-z_][A-Za-z0-9_]*)?\$`)
-
-// splitSQL splits a script at the semicolons that end statements, as psql
-// does: not inside quotes, quoted identifiers, dollar quotes or comments. It
-// returns each statement without its comments and with runs of whitespace
-// outside literals collapsed to one space.
-func splitSQL(src string) ([]string, error) {
-	var out []string
-	var b strings.Builder
-	space := false // whitespace (or a comment) seen since the last token
-	write := func(s string) {
-		if space && b.Len() > 0 {
-			b.WriteByte(' ')
-		}
-		space = false
-		b.WriteString(s)
-	}
-	isIdent := func(c byte) bool {
-		return c == '_' || c == '$' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= 0x80
-	}
-	for i := 0; i < len(src); {
-		c := src[i]
-		switch {
-		case c == '-' && strings.HasPrefix(src[i:], "--"):
-			end := strings.IndexByte(src[i:], '\n')
-			if end < 0 {
-				end = len(src) - i
-			}
-			i += end
-			space = true
-		case c == '/' && strings.HasPrefix(src[i:], "/*"):
-			depth, j := 1, i+2 // PostgreSQL's block comments nest
-			for depth > 0 {
-				if j >= len(src) {
-					return nil, fmt.Errorf("schema: unterminated /* comment")
-				}
-				switch {
-				case strings.HasPrefix(src[j:], "/*"):
-					depth, j = depth+1, j+2
-				case strings.HasPrefix(src[j:], "*/"):
-					depth, j = depth-1, j+2
-				default:
-					j++
-				}
-			}
-			i = j
-			space = true
-		case c == '\'':
-			// An E'…' string takes backslash escapes.
-			cur := b.String()
-			escapes := !space && len(cur) > 0 && (cur[len(cur)-1] == 'E' || cur[len(cur)-1] == 'e') &&
-				(len(cur) == 1 || !isIdent(cur[len(cur)-2]))
-			j := closingQuote(src, i, escapes)
-			if j < 0 {
-				return nil, fmt.Errorf("schema: unterminated quoted string")
-			}
-			write(src[i : j+1])
-			i = j + 1
-		case c == '"':
-			j := closingQuote(src, i, false)
-			if j < 0 {
-				return nil, fmt.Errorf("schema: unterminated quoted identifier")
-			}
-			write(src[i : j+1])
-			i = j + 1
-		case c == '$' && (i == 0 || !isIdent(src[i-1])) && dollarTagRE.MatchString(src[i:]):
-			tag := dollarTagRE.FindString(src[i:])
-			end := strings.Index(src[i+len(tag):], tag)
-			if end < 0 {
-				return nil, fmt.Errorf("schema: unterminated dollar-quoted string %s", tag)
-			}
-			j := i + len(tag) + end + len(tag)
-			write(src[i:j])
-			i = j
-		case c == ';':
-			if b.Len() > 0 {
-				out = append(out, b.String())
-			}
-			b.Reset()
-			space = false
-			i++
-		case c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v':
-			space = true
-			i++
-		default:
-			write(src[i : i+1])
-			i++
-		}
-	}
-	if b.Len() > 0 {
-		out = append(out, b.String())
+	for _, st := range status {
+		out = append(out, MigrationState{
+			Version: st.Source.Version, Name: path.Base(st.Source.Path),
+			Applied: st.State == goose.StateApplied, AppliedAt: st.AppliedAt.UTC(),
+		})
 	}
 	return out, nil
-}
-
-// closingQuote returns the index of the quote that closes the string or
-// identifier whose opening quote is src[i] (' or "): a doubled quote stands
-// for itself and, with escapes (E'…'), a backslash takes the next byte
-// along. It returns -1 when nothing closes it.
-func closingQuote(src string, i int, escapes bool) int {
-	q := src[i]
-	for j := i + 1; j < len(src); j++ {
-		switch {
-		case escapes && src[j] == '\\':
-			j++
-		case src[j] == q && j+1 < len(src) && src[j+1] == q:
-			j++
-		case src[j] == q:
-			return j
-		}
-	}
-	return -1
 }

@@ -137,8 +137,8 @@ func TestMigrate(t *testing.T) {
 		first, _, err := db.CreatePost(ctx, 1, "before migrate", "")
 		require.NoError(t, err)
 
-		require.NoError(t, store.Migrate(ctx, bundle.pool, testenv.Schema(t)))
-		require.NoError(t, store.Migrate(ctx, bundle.pool, testenv.Schema(t)))
+		require.NoError(t, store.Migrate(ctx, bundle.pool))
+		require.NoError(t, store.Migrate(ctx, bundle.pool))
 
 		got, err := db.Post(ctx, first.ID)
 		require.NoError(t, err)
@@ -172,7 +172,6 @@ func TestMigrate(t *testing.T) {
 // requireConcurrentMigrations runs two migrations at once, each on its own pool.
 func requireConcurrentMigrations(t *testing.T, url string) {
 	t.Helper()
-	schema := testenv.Schema(t)
 	pools := []*pgxpool.Pool{testenv.Pool(t, url), testenv.Pool(t, url)}
 	errs := make([]error, len(pools))
 	start := make(chan struct{})
@@ -180,7 +179,7 @@ func requireConcurrentMigrations(t *testing.T, url string) {
 	for i, pool := range pools {
 		wg.Go(func() {
 			<-start
-			errs[i] = store.Migrate(t.Context(), pool, schema)
+			errs[i] = store.Migrate(t.Context(), pool)
 		})
 	}
 	close(start)

@@ -15,11 +15,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -70,15 +69,24 @@ func Promtool(t testing.TB) string {
 	return path
 }
 
-// Schema returns schema.sql from the repository root.
-func Schema(t testing.TB) string {
-	t.Helper()
-	_, file, _, _ := runtime.Caller(0)
-	b, err := os.ReadFile(filepath.Join(filepath.Dir(file), "..", "..", "schema.sql"))
-	if err != nil {
-		t.Fatalf("read schema.sql: %v", err)
-	}
-	return string(b)
+// migrationsDigest hashes the migration files, in order: a template is
+// made once per set of migrations.
+func migrationsDigest() (string, error) {
+	h := sha256.New()
+	files := store.Migrations()
+	err := fs.WalkDir(files, ".", func(name string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := fs.ReadFile(files, name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s %d\n", name, len(b))
+		h.Write(b)
+		return nil
+	})
+	return hex.EncodeToString(h.Sum(nil)[:6]), err
 }
 
 var (
@@ -87,15 +95,18 @@ var (
 	templateErr  error
 )
 
-// template creates, once per schema version, a database with the schema
-// applied that every test database is copied from.
+// template creates, once per set of migrations, a database with the
+// migrations applied that every test database is copied from.
 func template(t testing.TB) string {
 	t.Helper()
-	schema := Schema(t)
 	templateOnce.Do(func() {
-		sum := sha256.Sum256([]byte(schema))
-		templateName = "nf_template_" + hex.EncodeToString(sum[:6])
-		templateErr = createTemplate(templateName, schema)
+		digest, err := migrationsDigest()
+		if err != nil {
+			templateErr = fmt.Errorf("read the migrations: %w", err)
+			return
+		}
+		templateName = "nf_template_" + digest
+		templateErr = createTemplate(templateName)
 	})
 	if templateErr != nil {
 		t.Fatalf("test database template: %v", templateErr)
@@ -103,7 +114,7 @@ func template(t testing.TB) string {
 	return templateName
 }
 
-func createTemplate(name, schema string) error {
+func createTemplate(name string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, DatabaseURL())
@@ -133,7 +144,7 @@ func createTemplate(name, schema string) error {
 	if err != nil {
 		return err
 	}
-	err = store.Migrate(ctx, pool, schema)
+	err = store.Migrate(ctx, pool)
 	pool.Close()
 	if err != nil {
 		return err
