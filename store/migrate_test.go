@@ -22,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -161,7 +162,11 @@ func TestMigrateUpgradesAnUnversionedDatabase(t *testing.T) {
 		ctx := t.Context()
 		first, _, err := db.CreatePost(ctx, 1, "before versions", "key-1")
 		require.NoError(t, err)
-		_, err = db.Follow(ctx, 2, 1)
+		// A follow as the version before wrote it (it knew no graph versions).
+		_, err = pool.Exec(ctx, `
+WITH f AS (INSERT INTO follows (follower_id, followee_id) VALUES (2, 1) RETURNING follower_id, followee_id),
+     c AS (INSERT INTO follower_counts (user_id, followers) SELECT followee_id, 1 FROM f)
+INSERT INTO outbox (event_type, payload) SELECT 'follow.created', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id) FROM f`)
 		require.NoError(t, err)
 		_, err = pool.Exec(ctx, "UPDATE outbox SET ticket = '1-0', trace_context = 'tp' WHERE id = (SELECT min(id) FROM outbox)")
 		require.NoError(t, err)
@@ -199,6 +204,14 @@ func TestMigrateUpgradesAnUnversionedDatabase(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, int64(1), followers)
 		require.Equal(t, outboxBefore, migRows(t, pool, "SELECT to_jsonb(o) FROM outbox o ORDER BY id"))
+		// A follow made before graph versions is at version 0, and the
+		// next change of that graph takes version 1.
+		st, err := db.FollowState(ctx, 2, 1)
+		require.NoError(t, err)
+		require.Equal(t, domain.EdgeState{Follower: 2, Followee: 1, Following: true, Version: 0}, st)
+		ch, err := db.Unfollow(ctx, 2, 1)
+		require.NoError(t, err)
+		require.Equal(t, domain.EdgeChange{EdgeState: domain.EdgeState{Follower: 2, Followee: 1, Version: 1}, Changed: true}, ch)
 		again, created, err := db.CreatePost(ctx, 1, "before versions", "key-1")
 		require.NoError(t, err)
 		require.False(t, created, "the idempotency key's index holds")
