@@ -2,8 +2,8 @@
 #
 # The newsfeed image: one static binary on an empty base (scratch), with CA
 # certificates and a passwd entry for the non-root user it runs as. The same
-# image runs every role; the command names it (see the README, "Running the
-# image").
+# image runs every role; the command names it (see docs/OPERATIONS.md,
+# "Running the image").
 #
 #   docker build -t newsfeed .          builds the binary here, in Go's image
 #   make image                          builds the binary on the host (no base

@@ -1,5 +1,3 @@
-// Command newsfeed is a news-feed backend: fan-out on write with the
-// transactional outbox pattern. One binary, every role: see `newsfeed --help`.
 package main
 
 import (

@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -74,6 +75,9 @@ type System struct {
 	// token for any user id (the web app's sign-in by id), and the operator
 	// console is open without admin.token.
 	Dev bool
+	// Banner, when set (--dev), receives at start, once every listener is
+	// bound, the web app's and the console's URLs and how to get a token.
+	Banner io.Writer
 	// Settings are the configuration in effect, secrets masked, with their
 	// sources (EffectiveConfig): what the operator console shows.
 	Settings []Setting
@@ -312,8 +316,8 @@ func (s *System) opsHandler() http.Handler {
 	// The Prometheus text format only, whatever the scraper prefers:
 	// OpenMetrics names a counter's family without _total, so the counter
 	// newsfeed_outbox_dead_total and the gauge newsfeed_outbox_dead (both in
-	// the contract) would be one family twice there (README, Metrics and
-	// health; e2e TestMetricsPassPromtool).
+	// the contract) would be one family twice there (docs/OPERATIONS.md,
+	// Metrics and health; e2e TestMetricsPassPromtool).
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{EnableOpenMetrics: false}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, `{"status":"ok"}`)
@@ -377,6 +381,9 @@ func (s *System) run(ctx context.Context, roles []Role, secret []byte, withLive 
 	}
 	s.Log.Info("started", zap.Any("roles", roles), zap.String("http_addr", s.Config.HTTP.Addr),
 		zap.String("metrics_addr", s.Config.Metrics.Addr))
+	if s.Banner != nil {
+		_, _ = io.WriteString(s.Banner, devBanner(s.Config, roles, string(secret) == devSecret))
+	}
 	err := g.Wait()
 	s.Log.Info("stopped")
 	return err

@@ -121,6 +121,9 @@ func roleCommand(name, short string, roles []Role, migrate bool, sources sources
 			}
 			defer sys.Close()
 			sys.Dev = dev
+			if dev {
+				sys.Banner = cmd.ErrOrStderr()
+			}
 			sys.Settings = settings
 			return sys.Run(ctx, roles, secret)
 		},

@@ -233,7 +233,7 @@ const minAdminToken = 16
 // known keys, used to map environment variables and reject unknown file keys.
 // Where a component owns a default (outbox.DefaultBatchSize, …) the value is
 // taken from it, so the code cannot disagree with the configuration; tests
-// hold config.yaml and the README's table to these values.
+// hold config.yaml and docs/CONFIG.md's table to these values.
 var defaults = map[string]any{
 	"database.url":                 "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
 	"database.read_url":            "",

@@ -121,46 +121,58 @@ func TestRepositoryConfigIsTheDefaults(t *testing.T) {
 	require.ElementsMatch(t, KnownKeys(), k.Keys(), "config.yaml lists every key")
 }
 
-// readmeConfigTable returns the rows of the README's configuration table
-// (section "## Configuration"): key → default, as the README writes it.
-// A row may name several keys ("`a`, `b` | `1s`, `1h` | …").
-func readmeConfigTable(t *testing.T) map[string]string {
+// configDocTable returns the rows of the configuration table of
+// docs/CONFIG.md: key → default, as the table writes it. The columns are
+// found by their header ("key", "default"); a row may name several keys
+// ("`a`, `b` | `1s`, `1h` | …").
+func configDocTable(t *testing.T) map[string]string {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	raw, err := os.ReadFile(filepath.Join("..", "docs", "CONFIG.md"))
 	require.NoError(t, err)
-	_, section, found := strings.Cut(string(raw), "\n## Configuration\n")
-	require.True(t, found, "README.md has a section \"## Configuration\"")
-	if end := strings.Index(section, "\n## "); end >= 0 {
-		section = section[:end]
-	}
 	table := map[string]string{}
-	for _, line := range strings.Split(section, "\n") {
-		if !strings.HasPrefix(line, "| `") {
-			continue // not a row of a key
+	keyCol, defaultCol := -1, -1
+	for _, line := range strings.Split(string(raw), "\n") {
+		if !strings.HasPrefix(line, "|") {
+			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), " | ")
-		require.GreaterOrEqual(t, len(cells), 3, "README row: %s", line)
-		keys := strings.Split(cells[0], ",")
-		values := strings.Split(cells[1], ",")
-		require.Len(t, values, len(keys), "README row names %d keys and %d defaults: %s", len(keys), len(values), line)
+		if keyCol < 0 {
+			for i, c := range cells {
+				switch strings.TrimSpace(c) {
+				case "key":
+					keyCol = i
+				case "default":
+					defaultCol = i
+				}
+			}
+			require.True(t, keyCol >= 0 && defaultCol >= 0, "docs/CONFIG.md's table has no key and default columns: %s", line)
+			continue
+		}
+		if !strings.HasPrefix(strings.TrimSpace(cells[keyCol]), "`") {
+			continue // the header's separator row
+		}
+		require.Greater(t, len(cells), max(keyCol, defaultCol), "docs/CONFIG.md row: %s", line)
+		keys := strings.Split(cells[keyCol], ",")
+		values := strings.Split(cells[defaultCol], ",")
+		require.Len(t, values, len(keys), "docs/CONFIG.md row names %d keys and %d defaults: %s", len(keys), len(values), line)
 		for i, key := range keys {
 			key = strings.Trim(strings.TrimSpace(key), "`")
 			_, twice := table[key]
-			require.False(t, twice, "README lists %s twice", key)
+			require.False(t, twice, "docs/CONFIG.md lists %s twice", key)
 			table[key] = strings.Trim(strings.TrimSpace(values[i]), "`")
 		}
 	}
-	require.NotEmpty(t, table, "README.md's configuration table has no rows")
+	require.NotEmpty(t, table, "docs/CONFIG.md's configuration table has no rows")
 	return table
 }
 
-// sameDefault reports whether the README's written default is the value v
-// of the defaults: durations compare as durations ("2m" is "2m0s"), and an
-// empty string is written "empty" or "none".
+// sameDefault reports whether the written default is the value v of the
+// defaults: durations compare as durations ("2m" is "2m0s"), and an empty
+// string is written "empty" or "none" (or "none (empty)").
 func sameDefault(written string, v any) bool {
 	want := fmt.Sprint(v)
 	if want == "" {
-		return written == "empty" || written == "none"
+		return written == "empty" || written == "none" || written == "none (empty)"
 	}
 	if w, err := time.ParseDuration(written); err == nil {
 		d, err := time.ParseDuration(want)
@@ -169,21 +181,21 @@ func sameDefault(written string, v any) bool {
 	return written == want
 }
 
-// TestREADMEConfigIsTheDefaults: the README's configuration table lists
+// TestConfigDocIsTheDefaults: docs/CONFIG.md's configuration table lists
 // every key, once, with its default, and no key that does not exist.
-func TestREADMEConfigIsTheDefaults(t *testing.T) {
+func TestConfigDocIsTheDefaults(t *testing.T) {
 	t.Parallel()
-	table := readmeConfigTable(t)
+	table := configDocTable(t)
 	for _, key := range KnownKeys() {
 		written, ok := table[key]
-		if !assert.True(t, ok, "README's configuration table has no row for %s", key) {
+		if !assert.True(t, ok, "docs/CONFIG.md's configuration table has no row for %s", key) {
 			continue
 		}
 		assert.True(t, sameDefault(written, defaults[key]),
-			"README says %s defaults to %q; the code says %v", key, written, defaults[key])
+			"docs/CONFIG.md says %s defaults to %q; the code says %v", key, written, defaults[key])
 	}
 	for key := range table {
 		_, known := defaults[key]
-		assert.True(t, known, "README's configuration table names %s, which is no configuration key", key)
+		assert.True(t, known, "docs/CONFIG.md's configuration table names %s, which is no configuration key", key)
 	}
 }

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"fmt"
 	"io/fs"
 	"os"
 	"path"
@@ -9,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 )
@@ -111,16 +113,38 @@ var (
 )
 
 // repositoryDocs returns the Markdown a reader of the repository is sent to,
-// as slash paths from its root: README.md and every docs/*.md.
+// as slash paths from its root: every *.md file of the repository (README.md,
+// CHANGELOG.md, CONTRIBUTING.md, docs/*.md, …), outside hidden, vendored and
+// generated directories.
 func repositoryDocs(t *testing.T) []string {
 	t.Helper()
-	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	var names []string
+	err := filepath.WalkDir("..", func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			switch name := d.Name(); {
+			case p == "..":
+			case strings.HasPrefix(name, "."), name == "vendor", name == "testdata", name == "node_modules",
+				name == "bin", name == "build", name == "bench-results", name == "test-artifacts":
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(p, ".md") {
+			rel, err := filepath.Rel("..", p)
+			if err != nil {
+				return err
+			}
+			names = append(names, filepath.ToSlash(rel))
+		}
+		return nil
+	})
 	require.NoError(t, err)
-	names := []string{"README.md"}
-	for _, d := range docs {
-		names = append(names, path.Join("docs", filepath.Base(d)))
+	for _, want := range []string{"README.md", "CHANGELOG.md", "CONTRIBUTING.md", "docs/API.md", "docs/RUNBOOK.md"} {
+		require.Contains(t, names, want)
 	}
-	require.Contains(t, names, "docs/API.md")
 	return names
 }
 
@@ -153,10 +177,13 @@ func TestDocsStayInsideTheRepository(t *testing.T) {
 	}
 }
 
-// checkDocLink checks one link target of the Markdown file name.
+// checkDocLink checks one link target of the Markdown file name: a file of
+// the repository that exists and, for an anchor in a Markdown file (or in
+// name itself: "#anchor"), a heading of that file that GitHub gives this
+// anchor.
 func checkDocLink(t *testing.T, name, target string) {
 	t.Helper()
-	if target == "" || strings.HasPrefix(target, "#") {
+	if target == "" {
 		return
 	}
 	if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
@@ -166,10 +193,145 @@ func checkDocLink(t *testing.T, name, target string) {
 		return
 	}
 	require.False(t, path.IsAbs(target), "%s links to an absolute path: %s", name, target)
-	file, _, _ := strings.Cut(target, "#")
-	inRepo := path.Clean(path.Join(path.Dir(name), file))
+	file, anchor, _ := strings.Cut(target, "#")
+	inRepo := name
+	if file != "" {
+		inRepo = path.Clean(path.Join(path.Dir(name), file))
+	}
 	require.False(t, inRepo == ".." || strings.HasPrefix(inRepo, "../"),
 		"%s links outside the repository: %s", name, target)
 	_, err := os.Stat(filepath.Join("..", filepath.FromSlash(inRepo)))
 	require.NoError(t, err, "%s links to a file the repository does not have: %s", name, target)
+	if anchor == "" || !strings.HasSuffix(inRepo, ".md") {
+		return
+	}
+	raw, err := os.ReadFile(filepath.Join("..", filepath.FromSlash(inRepo)))
+	require.NoError(t, err)
+	require.True(t, markdownAnchors(string(raw))[anchor],
+		"%s links to %s, which has no heading with the anchor #%s", name, inRepo, anchor)
+}
+
+var (
+	markdownHeading = regexp.MustCompile(`^ {0,3}#{1,6}[ \t]+(.*?)(?:[ \t]+#+)?[ \t]*$`)
+	markdownFence   = regexp.MustCompile("^ {0,3}(```|~~~)")
+	// An inline link or image in a heading: its text is what the anchor is
+	// made of.
+	headingLink = regexp.MustCompile(`!?\[([^\]]*)\]\([^)]*\)`)
+	// An explicit anchor: <a id="…"> or <a name="…">.
+	htmlAnchor = regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
+)
+
+// markdownAnchors returns the anchors GitHub gives the headings of a
+// Markdown document (the heading's text in lower case, spaces made hyphens,
+// punctuation but hyphens and underscores dropped; a repeated one gets -1,
+// -2, …), and its explicit HTML anchors. Headings inside code fences are no
+// headings.
+func markdownAnchors(doc string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	inFence := false
+	for _, line := range strings.Split(doc, "\n") {
+		if markdownFence.MatchString(line) {
+			inFence = !inFence
+			continue
+		}
+		for _, m := range htmlAnchor.FindAllStringSubmatch(line, -1) {
+			anchors[m[1]] = true
+		}
+		m := markdownHeading.FindStringSubmatch(line)
+		if inFence || m == nil {
+			continue
+		}
+		slug := headingSlug(headingLink.ReplaceAllString(m[1], "$1"))
+		if n := seen[slug]; n > 0 {
+			anchors[fmt.Sprintf("%s-%d", slug, n)] = true
+		} else {
+			anchors[slug] = true
+		}
+		seen[slug]++
+	}
+	return anchors
+}
+
+// headingSlug is GitHub's anchor of a heading's text.
+func headingSlug(text string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(text) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r) || unicode.IsMark(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// TestMarkdownAnchors: the anchors are GitHub's for the kinds of heading
+// these docs have.
+func TestMarkdownAnchors(t *testing.T) {
+	t.Parallel()
+	doc := "# newsfeed: commands, configuration\n" +
+		"#### `GET /v1/feed/stream`: the home feed, live\n" +
+		"### Operator console (`/admin`)\n" +
+		"## NewsfeedDeliveryLate\n" +
+		"## Live streams (issue 13, 2026-12-03)\n" +
+		"```sh\n# not a heading\n```\n" +
+		"## Redis down, [PostgreSQL](API.md) down ##\n" +
+		"## Notes\n## Notes\n" +
+		"<a id=\"custom\"></a>\n"
+	want := []string{
+		"newsfeed-commands-configuration", "get-v1feedstream-the-home-feed-live", "operator-console-admin",
+		"newsfeeddeliverylate", "live-streams-issue-13-2026-12-03", "redis-down-postgresql-down",
+		"notes", "notes-1", "custom",
+	}
+	got := markdownAnchors(doc)
+	for _, a := range want {
+		require.True(t, got[a], "anchor %s of %v", a, got)
+	}
+	require.False(t, got["not-a-heading"], "a comment in a code fence")
+}
+
+// TestRunbookURLsResolve: every alert's runbook_url (a path from the
+// repository's root, as the alerts are read beside it) names a heading of a
+// Markdown file of the repository.
+func TestRunbookURLsResolve(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "deploy", "prometheus", "alerts.yml"))
+	require.NoError(t, err)
+	urls := regexp.MustCompile(`(?m)^\s*runbook_url:\s*(\S+)\s*$`).FindAllStringSubmatch(string(raw), -1)
+	require.NotEmpty(t, urls, "alerts.yml has runbook_url annotations")
+	for _, u := range urls {
+		file, anchor, found := strings.Cut(u[1], "#")
+		require.True(t, found && anchor != "", "runbook_url %s names no section", u[1])
+		require.True(t, strings.HasSuffix(file, ".md"), "runbook_url %s is no Markdown file of the repository", u[1])
+		checkDocLink(t, "alerts.yml", u[1]) // relative to the root, as "alerts.yml" there would be
+	}
+}
+
+// readmeMaxBytes bounds the README: it is the front door, read in five
+// minutes; the rest lives one hop away, in docs/.
+const readmeMaxBytes = 12 * 1024
+
+// TestREADMEIsAFrontDoor: the README stays short and links every document
+// of docs/, so that each is one hop from it.
+func TestREADMEIsAFrontDoor(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join("..", "README.md"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, len(raw), readmeMaxBytes, "README.md is %d bytes: move the detail into docs/", len(raw))
+	linked := map[string]bool{}
+	for _, m := range markdownLink.FindAllStringSubmatch(string(raw), -1) {
+		file, _, _ := strings.Cut(m[1], "#")
+		linked[path.Clean(file)] = true
+	}
+	docs, err := filepath.Glob(filepath.Join("..", "docs", "*.md"))
+	require.NoError(t, err)
+	for _, d := range docs {
+		name := path.Join("docs", filepath.Base(d))
+		require.True(t, linked[name], "README.md does not link %s", name)
+	}
+	for _, name := range []string{"CONTRIBUTING.md", "CHANGELOG.md"} {
+		require.True(t, linked[name], "README.md does not link %s", name)
+	}
 }

@@ -23,7 +23,7 @@ const prometheusAccept = "application/openmetrics-text;version=1.0.0;escaping=al
 // Prometheus text format. In OpenMetrics a counter's family is named without
 // its _total, so the counter newsfeed_outbox_dead_total and the gauge
 // newsfeed_outbox_dead, both in the contract, would be one family twice (see
-// the README, Metrics and health); the text format keeps them apart.
+// docs/OPERATIONS.md, Metrics and health); the text format keeps them apart.
 func TestMetricsPassPromtool(t *testing.T) {
 	t.Parallel()
 	promtool := testenv.Promtool(t)
