@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/internal/probe"
-	"github.com/newsfeed/newsfeed/internal/testenv"
 )
 
 // lockedBuffer is a bytes.Buffer that a process's goroutines may write
@@ -49,7 +48,7 @@ func TestDevBannerSaysWhereToGo(t *testing.T) {
 
 	var stderr lockedBuffer
 	ctx, cancel := context.WithCancel(context.Background())
-	root := NewRootCommand(Assets{Schema: testenv.Schema(t)})
+	root := NewRootCommand()
 	root.SetArgs([]string{"all", "--dev"})
 	root.SetErr(&stderr)
 	done := make(chan error, 1)
