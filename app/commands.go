@@ -66,7 +66,6 @@ func NewRootCommand(assets Assets) *cobra.Command {
 		outboxCommand(load),
 		feedCommand(load),
 		configCommand(sources),
-		benchCommand(load, assets),
 		versionCommand(),
 	)
 	// --version prints the same line as the version command.
