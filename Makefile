@@ -3,6 +3,9 @@
 export PATH := $(PATH):/usr/local/go/bin
 
 BIN := bin/newsfeed
+# The bench's own binary (cmd/newsfeed-bench): the service links none of its
+# plotting and progress-bar modules.
+BENCH_BIN := bin/newsfeed-bench
 
 # golangci-lint, pinned, built from the Go module proxy (no prebuilt download)
 # once per version into a cache outside the checkout.
@@ -22,7 +25,7 @@ REDOCLY := $(REDOCLY_DIR)/node_modules/.bin/redocly
 # How long `make test` fuzzes each target; `make fuzz` runs longer.
 FUZZ_TIME_CI := 10s
 
-.PHONY: help run reset test test-short model fuzz build image services lint spec-lint monitoring-check bench bench-cluster clean
+.PHONY: help run reset test test-short model fuzz build build-bench image services lint spec-lint monitoring-check bench bench-cluster clean
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  %-17s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -104,6 +107,9 @@ COMMIT := $(shell git rev-parse HEAD 2>/dev/null || echo unknown)$(shell git rev
 GO_BUILD = go build -ldflags "-X github.com/newsfeed/newsfeed/app.Version=$(VERSION) -X github.com/newsfeed/newsfeed/app.Commit=$(COMMIT)" -o $(BIN) .
 build: ## the binary, bin/newsfeed
 	$(GO_BUILD)
+
+build-bench: ## the bench's binary, bin/newsfeed-bench (it starts bin/newsfeed for its worker processes)
+	go build -o $(BENCH_BIN) ./cmd/newsfeed-bench
 
 # The container image (Dockerfile), with podman or docker. podman comes first:
 # it needs no daemon, where docker's client alone (no engine running) builds
@@ -196,8 +202,11 @@ monitoring-check: ## check the Prometheus configuration and alert rules and run 
 clean: ## remove bin/ and build/
 	rm -rf bin build
 
-bench: services build ## the default benchmark scenario (about 4 minutes); results in bench-results/
-	$(BIN) bench
+# The bench runs the roles in its own process and starts bin/newsfeed, built
+# beside it, for `migrate` and for its worker processes: both are built
+# first. Flags: bin/newsfeed-bench --help.
+bench: services build build-bench ## the default benchmark scenario (about 4 minutes), bin/newsfeed-bench; results in bench-results/
+	$(BENCH_BIN)
 
-bench-cluster: services build cluster-up ## make bench, then the fan-out and read stages again on the local Redis Cluster (about 5 minutes)
-	$(BIN) bench --redis-cluster --redis-cluster-url '$(CLUSTER_TEST_URL)'
+bench-cluster: services build build-bench cluster-up ## make bench, then the fan-out and read stages again on the local Redis Cluster (about 5 minutes)
+	$(BENCH_BIN) --redis-cluster --redis-cluster-url '$(CLUSTER_TEST_URL)'

@@ -88,10 +88,6 @@ type System struct {
 	live *live.Publisher
 	// hub holds the live streams of a process that serves the API.
 	hub *live.Hub
-	// liveMu guards the making of live and hub, once per System (their
-	// metrics are registered once), when several Runs start at once (the
-	// bench runs the API and the workers of one System apart).
-	liveMu sync.Mutex
 
 	// health watches PostgreSQL and Redis: /readyz asks it, and it logs
 	// each outage once, for every role.
@@ -354,19 +350,9 @@ func writeJSON(w http.ResponseWriter, status int, body string) {
 // accepting; then every role stops within shutdown_timeout. Every
 // long-running piece runs in one errgroup: Run returns the error that
 // stopped it (the first one a piece returned: a port already taken, say),
-// or nil when ctx ended and everything stopped.
+// or nil when ctx ended and everything stopped. A System runs one Run at a
+// time: a process that wants its roles apart opens a System for each.
 func (s *System) Run(ctx context.Context, roles []Role, secret []byte) error {
-	return s.run(ctx, roles, secret, true)
-}
-
-// runWithoutLive runs roles without the live path: workers tell no live
-// publisher what they wrote (fan-out as it was before live streams), the
-// bench's baseline for what the live path adds.
-func (s *System) runWithoutLive(ctx context.Context, roles []Role, secret []byte) error {
-	return s.run(ctx, roles, secret, false)
-}
-
-func (s *System) run(ctx context.Context, roles []Role, secret []byte, withLive bool) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stopDraining := context.AfterFunc(ctx, func() { s.drain(runCtx, slices.Contains(roles, RoleServe)); cancel() })
@@ -374,7 +360,7 @@ func (s *System) run(ctx context.Context, roles []Role, secret []byte, withLive 
 	g, gctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return s.health.Run(gctx) })
 	g.Go(func() error { return s.checkRedisSettings(gctx) })
-	if err := s.startRoles(gctx, g, roles, secret, withLive); err != nil {
+	if err := s.startRoles(gctx, g, roles, secret); err != nil {
 		cancel() // what had started stops
 		_ = g.Wait()
 		return err
@@ -419,9 +405,9 @@ func (s *System) drain(runCtx context.Context, servesAPI bool) {
 // startRoles builds each role and starts its pieces in g; the first role
 // that cannot start ends it with its error. The ops server comes last, so
 // that /healthz answering means every listener of the process is bound.
-func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte, withLive bool) error {
+func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role, secret []byte) error {
 	has := func(r Role) bool { return slices.Contains(roles, r) }
-	if withLive && (has(RoleServe) || has(RoleWork)) {
+	if has(RoleServe) || has(RoleWork) {
 		pub := s.publisher()
 		g.Go(func() error { return pub.Run(ctx) })
 	}
@@ -436,11 +422,7 @@ func (s *System) startRoles(ctx context.Context, g *errgroup.Group, roles []Role
 		}
 	}
 	if has(RoleWork) {
-		var changes fanout.Live // nil: nobody is told
-		if withLive {
-			changes = s.publisher()
-		}
-		if err := s.workRole(ctx, g, changes); err != nil {
+		if err := s.workRole(ctx, g, s.publisher()); err != nil {
 			return err
 		}
 	}
@@ -533,8 +515,6 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 
 // publisher returns the System's live publisher, made on first use.
 func (s *System) publisher() *live.Publisher {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
 	if s.live == nil { // once per System: its metrics are registered once
 		s.live = live.NewPublisher(s.Redis, live.PublisherConfig{
 			Prefix: s.Config.Redis.Prefix, Logger: s.Log.Named("live"), Outages: s.health, Registerer: s.registry,
@@ -545,8 +525,6 @@ func (s *System) publisher() *live.Publisher {
 
 // liveHub returns the System's hub of live streams, made on first use.
 func (s *System) liveHub() (*live.Hub, error) {
-	s.liveMu.Lock()
-	defer s.liveMu.Unlock()
 	if s.hub == nil { // once per System: its metrics are registered once
 		cfg := s.Config
 		hub, err := live.NewHub(s.Redis, live.HubConfig{

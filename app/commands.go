@@ -59,7 +59,6 @@ func NewRootCommand() *cobra.Command {
 		outboxCommand(load),
 		feedCommand(load),
 		configCommand(sources),
-		benchCommand(load),
 		versionCommand(),
 	)
 	// --version prints the same line as the version command.

@@ -41,7 +41,7 @@ type FlagValue struct {
 	Value any
 	// Flag names what set it, for the effective configuration and errors:
 	// the flag ("--concurrency"), or the command that sets the key itself
-	// ("newsfeed bench").
+	// ("newsfeed-bench").
 	Flag string
 }
 
@@ -307,6 +307,8 @@ type configField struct {
 	index []int
 	typ   reflect.Type
 }
+
+var durationType = reflect.TypeFor[time.Duration]()
 
 // configFields maps every key to its field of Config, by the koanf tags.
 var configFields = func() map[string]configField {

@@ -97,7 +97,8 @@ func (r *runner) liveStreams(ctx context.Context) error {
 	baseline := r.h.SetLive != nil && !r.ownWorkers
 	if !baseline {
 		fmt.Fprintln(r.progress, "  no baseline: the workers cannot run without the live path here "+
-			"(needs Roles.WorkersWithoutLive, in process); the connected runs are compared with the idle ones")
+			"(needs Roles.WorkersWithoutLive: in process, where the bench can run them alike); "+
+			"the connected runs are compared with the idle ones")
 	}
 	followers, readers, err := r.fanoutReaders(ctx)
 	if err != nil {

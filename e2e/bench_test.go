@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,26 +21,39 @@ import (
 	"github.com/newsfeed/newsfeed/internal/testenv"
 )
 
-// TestBenchAnywhere runs `newsfeed bench` on a tiny scenario, every stage
+// benchBinary builds newsfeed-bench, once, beside the newsfeed binary
+// under test: the bench starts that one for its migrate and worker
+// processes, as make bench's bin/ holds both.
+var benchBinary = sync.OnceValues(func() (string, error) {
+	path := filepath.Join(filepath.Dir(binary), "newsfeed-bench")
+	build := exec.Command("go", "build", "-race", "-o", path, "../cmd/newsfeed-bench")
+	if out, err := build.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("build newsfeed-bench: %w: %s", err, out)
+	}
+	return path, nil
+})
+
+// TestBenchAnywhere runs newsfeed-bench on a tiny scenario, every stage
 // including those with worker processes of its own, from a directory that
 // is not the repository's: it must need no configuration file the user did
 // not give (its worker processes once got --config config.yaml, died at
 // once, and the big fan-out waited for them forever).
 func TestBenchAnywhere(t *testing.T) {
+	benchCmd, err := benchBinary()
+	require.NoError(t, err)
 	cases := []struct {
 		name  string
 		files map[string]string // in the working directory
 		args  []string
 	}{{
 		name: "empty directory",
-		args: []string{"bench"},
 	}, {
 		name: "explicit file beside a broken config.yaml",
 		files: map[string]string{
 			"config.yaml": "feed: [unclosed\n", // not the user's: nobody may read it
 			"mine.yaml":   "fanout:\n  page_size: 500\n",
 		},
-		args: []string{"--config", "mine.yaml", "bench", "--stages", "big fan-out,chunked"},
+		args: []string{"--config", "mine.yaml", "--stages", "big fan-out,chunked"},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,7 +69,7 @@ func TestBenchAnywhere(t *testing.T) {
 			defer cancel()
 			args := append(tc.args, "--runs", "1", "--stage-time", "200ms", "--latency-time", "200ms",
 				"--concurrency", "4", "--big", "2000", "--chunked", "2000", "--fanout-posts", "10", "--out", "results")
-			cmd := exec.CommandContext(ctx, binary, args...)
+			cmd := exec.CommandContext(ctx, benchCmd, args...)
 			cmd.Dir = dir
 			cmd.Env = append(hostEnv(),
 				"NEWSFEED_DATABASE_URL="+dbURL,
@@ -89,7 +103,7 @@ func dropBenchDatabase(t *testing.T, dbURL string) {
 	require.NoError(t, err)
 }
 
-// TestBenchOnCluster runs `newsfeed bench --redis-cluster` on a tiny
+// TestBenchOnCluster runs `newsfeed-bench --redis-cluster` on a tiny
 // scenario: the fan-out and read stages on one Redis and then on the Redis
 // Cluster, each with its limit and what it cost every primary, and no key
 // of the bench's left on the shared cluster. Skipped without a cluster
@@ -99,13 +113,15 @@ func TestBenchOnCluster(t *testing.T) {
 	if clusterURL == "" {
 		t.Skip("needs the Redis Cluster: make cluster-up; NEWSFEED_TEST_REDIS_CLUSTER_URL")
 	}
+	benchCmd, err := benchBinary()
+	require.NoError(t, err)
 	dir := t.TempDir()
 	dbURL := testenv.NewDatabaseURL(t)
 	t.Cleanup(func() { dropBenchDatabase(t, dbURL) })
 
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, "bench", "--stages", "fan-out throughput,reads",
+	cmd := exec.CommandContext(ctx, benchCmd, "--stages", "fan-out throughput,reads",
 		"--redis-cluster", "--redis-cluster-url", clusterURL,
 		"--runs", "1", "--stage-time", "200ms", "--concurrency", "4", "--big", "1000", "--chunked", "1000",
 		"--fanout-posts", "10", "--out", "results")
@@ -117,7 +133,7 @@ func TestBenchOnCluster(t *testing.T) {
 	)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
+	err = cmd.Run()
 	require.NoError(t, ctx.Err(), "bench hung; stderr:\n%s", stderr.String())
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 	require.Contains(t, stderr.String(), "stage: fan-out throughput, cluster")

@@ -9,7 +9,11 @@
 //	through interfaces of its own, as the services do)
 //	web (the web app's files; app gives them to api)
 //	internal/static ← admin, web (how both pages' embedded files are sent)
-//	everything ← app, bench ← main
+//	everything ← app ← main (the service binary)
+//	bench, app ← cmd/newsfeed-bench (the bench's own binary)
+//
+// The service binary links nothing of the bench's: no plotting, LaTeX, PDF
+// or progress-bar module (TestServiceLinksNoBench).
 package architecture
 
 import (
@@ -59,6 +63,8 @@ var allowed = map[string][]string{
 	"deploy":                {},      // tests only: the dashboard and alerts
 	"internal/architecture": {},
 	"internal/openapitest":  {"docs", "internal/routing"}, // tests' check of the API against docs/openapi.yaml
+
+	"cmd/newsfeed-bench": {"app", "bench", "fanout", "internal/backoff", "internal/probe"}, // the bench's own binary
 }
 
 func TestImportsPointOneWay(t *testing.T) {
@@ -98,4 +104,71 @@ func orMain(pkg string) string {
 		return "main"
 	}
 	return pkg
+}
+
+// benchOnlyModules are the modules the bench links for its plots and
+// progress bars, which the service binary must not (issue 22: they made
+// bin/newsfeed 55.7 MB).
+var benchOnlyModules = []string{
+	"gonum.org/v1/plot",
+	"codeberg.org/go-latex/latex",
+	"codeberg.org/go-pdf/fpdf",
+	"codeberg.org/go-fonts/liberation",
+	"git.sr.ht/~sbinet/gg",
+	"github.com/ajstarks/svgo",
+	"github.com/golang/freetype",
+	"golang.org/x/image",
+	"github.com/schollz/progressbar/v3",
+}
+
+// TestServiceLinksNoBench: the packages the service binary (the main
+// package at the root, what `make build` builds) links are none of the
+// bench's and come from none of benchOnlyModules, which the bench's
+// binary does link (so that the list cannot go stale unnoticed).
+func TestServiceLinksNoBench(t *testing.T) {
+	service := deps(t, ".")
+	benchCmd := deps(t, "./cmd/newsfeed-bench")
+	for _, pkg := range []string{module + "/bench", module + "/cmd/newsfeed-bench"} {
+		if _, ok := service[pkg]; ok {
+			t.Errorf("the service binary links %s: only cmd/newsfeed-bench may", pkg)
+		}
+	}
+	linked := func(deps map[string]string, mod string) []string {
+		var pkgs []string
+		for pkg, m := range deps {
+			if m == mod {
+				pkgs = append(pkgs, pkg)
+			}
+		}
+		slices.Sort(pkgs)
+		return pkgs
+	}
+	for _, mod := range benchOnlyModules {
+		if pkgs := linked(service, mod); len(pkgs) > 0 {
+			t.Errorf("the service binary links module %s (%s, %d packages): it is the bench's; keep it in cmd/newsfeed-bench",
+				mod, pkgs[0], len(pkgs))
+		}
+		if len(linked(benchCmd, mod)) == 0 {
+			t.Errorf("cmd/newsfeed-bench no longer links %s: take it off benchOnlyModules (or name what replaced it)", mod)
+		}
+	}
+}
+
+// deps maps every package that pkg links (go list -deps) to its module
+// ("" for the standard library).
+func deps(t *testing.T, pkg string) map[string]string {
+	t.Helper()
+	_, file, _, _ := runtime.Caller(0)
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{.ImportPath}}|{{with .Module}}{{.Path}}{{end}}`, pkg)
+	cmd.Dir = filepath.Join(filepath.Dir(file), "..", "..")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list -deps %s: %v", pkg, err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		path, mod, _ := strings.Cut(line, "|")
+		m[path] = mod
+	}
+	return m
 }

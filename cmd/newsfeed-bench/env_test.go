@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/app"
 	"github.com/newsfeed/newsfeed/bench"
 )
 
@@ -14,7 +15,7 @@ import (
 // variable of the parent's own; read back with no file, it is the same
 // configuration.
 func TestWorkerEnv(t *testing.T) {
-	cfg, err := LoadConfig(ConfigSources{Environ: []string{
+	cfg, err := app.LoadConfig(app.ConfigSources{Environ: []string{
 		"NEWSFEED_FEED_MAX_LEN=123", "NEWSFEED_OUTBOX_LEASE=7s", "NEWSFEED_OUTBOX_NOTIFY=false",
 		"NEWSFEED_METRICS_ADDR=", "NEWSFEED_AUTH_SECRET=s3cret",
 	}, Flags: benchOverrides()})
@@ -35,11 +36,11 @@ func TestWorkerEnv(t *testing.T) {
 		require.False(t, names[name], "%s twice", name)
 		names[name] = true
 	}
-	for _, key := range KnownKeys() {
+	for _, key := range app.KnownKeys() {
 		require.True(t, names["NEWSFEED_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))], key)
 	}
 
-	back, err := LoadConfig(ConfigSources{Environ: env})
+	back, err := app.LoadConfig(app.ConfigSources{Environ: env})
 	require.NoError(t, err)
 	require.Equal(t, cfg, back)
 }

@@ -1,4 +1,4 @@
-package app
+package main
 
 import (
 	"fmt"
@@ -7,13 +7,15 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/newsfeed/newsfeed/app"
 )
 
-// workerEnv is the environment of a worker process of the bench: environ
-// without its NEWSFEED_ variables, then every key of cfg as NEWSFEED_<KEY>,
-// and the bench's overrides, so that the child runs with exactly the
-// parent's effective configuration and needs no file.
-func workerEnv(environ []string, cfg *Config) []string {
+// workerEnv is the environment of a newsfeed process of the bench (migrate,
+// work): environ without its NEWSFEED_ variables, then every key of cfg as
+// NEWSFEED_<KEY>, and the bench's overrides, so that the child runs with
+// exactly the parent's effective configuration and needs no file.
+func workerEnv(environ []string, cfg *app.Config) []string {
 	env := make([]string, 0, len(environ)+64)
 	for _, kv := range environ {
 		if !strings.HasPrefix(kv, "NEWSFEED_") {
@@ -42,8 +44,8 @@ func workerEnv(environ []string, cfg *Config) []string {
 
 var durationType = reflect.TypeFor[time.Duration]()
 
-// flattenConfig calls put with every key of a Config (by its koanf tags) and
-// its value as LoadConfig reads it back from the environment.
+// flattenConfig calls put with every key of an app.Config (by its koanf
+// tags) and its value as app.LoadConfig reads it back from the environment.
 func flattenConfig(v reflect.Value, prefix string, put func(key, value string)) {
 	t := v.Type()
 	for i := range t.NumField() {

@@ -1,11 +1,14 @@
-package app
+package main
 
 import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,10 +17,35 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
 
+	"github.com/newsfeed/newsfeed/app"
 	"github.com/newsfeed/newsfeed/bench"
+	"github.com/newsfeed/newsfeed/fanout"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 )
+
+// newsfeed is the service binary the tests' benches start (migrate, work),
+// built once by TestMain.
+var newsfeed string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "newsfeed-bench-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	newsfeed = filepath.Join(dir, "newsfeed")
+	build := exec.Command("go", "build", "-o", newsfeed, "../..")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build newsfeed:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
 
 // benchSetup points the bench at a database and a Redis database of the
 // test's own, and drops the bench's database at the end.
@@ -38,19 +66,19 @@ func benchSetup(t *testing.T) {
 	t.Setenv("NEWSFEED_LOG_LEVEL", "error")
 }
 
-// TestBenchSmoke runs `newsfeed bench` on a tiny scenario, so that `make
+// TestBenchSmoke runs newsfeed-bench on a tiny scenario, so that `make
 // bench` does not rot: every in-process stage runs and the report is
-// written. (The stages with worker processes of their own need the built
-// binary: e2e/bench_test.go runs them.)
+// written. (The stages with worker processes of their own:
+// e2e/bench_test.go runs them.)
 func TestBenchSmoke(t *testing.T) {
 	benchSetup(t)
 	out := t.TempDir()
 
-	root := NewRootCommand()
+	root := newCommand()
 	var stdout, stderr bytes.Buffer
 	root.SetOut(&stdout)
 	root.SetErr(&stderr)
-	root.SetArgs([]string{"bench", // no config.yaml in app/: defaults and the environment
+	root.SetArgs([]string{"--newsfeed", newsfeed, // no config.yaml here: defaults and the environment
 		"--runs", "1", "--stage-time", "300ms", "--latency-time", "300ms", "--concurrency", "4",
 		"--big", "1000", "--chunked", "1000", "--fanout-posts", "20",
 		"--stages", "post creation,fan-out throughput,fan-out at full feeds,memory,delivery,reads,streams,inactive", "--out", out})
@@ -69,8 +97,10 @@ func TestBenchSmoke(t *testing.T) {
 	}
 	// post creation; fan-out and its Redis CPU, fresh and at full feeds; four
 	// memory lines; three delivery classes; reads; live streams (Redis CPU
-	// idle and connected, three latencies); inactive followers.
+	// idle and connected, each against the baseline without the live path,
+	// and three latencies); inactive followers.
 	require.Len(t, names, 19, strings.Join(names, ", "))
+	require.Contains(t, names, "live path idle: Redis CPU per fan-out entry", "the live stage had its baseline")
 	require.Contains(t, stdout.String(), "post creation")
 	for _, f := range []string{"bench.md", "delivery-latency.svg", "delivery-latency.png"} {
 		require.FileExists(t, filepath.Join(out, f))
@@ -104,11 +134,11 @@ func TestBenchWorkerDeathEndsStage(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			script, pidFile := filepath.Join(dir, "worker.sh"), filepath.Join(dir, "worker.pid")
-			require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+tc.script), 0o755))
+			// It stands in for the newsfeed binary: migrate is the real one's.
+			require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+
+				"if [ \"$2\" = migrate ]; then exec \"$REAL_NEWSFEED\" \"$@\"; fi\n"+tc.script), 0o755))
 			t.Setenv("PIDFILE", pidFile)
-			old := benchExecutable
-			benchExecutable = func() (string, error) { return script, nil }
-			t.Cleanup(func() { benchExecutable = old })
+			t.Setenv("REAL_NEWSFEED", newsfeed)
 
 			// Far longer than the stage takes; a hang runs into it.
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -127,11 +157,11 @@ func TestBenchWorkerDeathEndsStage(t *testing.T) {
 					}
 				}()
 			}
-			root := NewRootCommand()
+			root := newCommand()
 			var stdout, stderr bytes.Buffer
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)
-			root.SetArgs([]string{"bench", "--big", "1000", "--chunked", "1000", "--stages", "big fan-out", "--out", t.TempDir()})
+			root.SetArgs([]string{"--newsfeed", script, "--big", "1000", "--chunked", "1000", "--stages", "big fan-out", "--out", t.TempDir()})
 			err := root.ExecuteContext(ctx)
 			require.NoError(t, ctx.Err(), "the stage did not end when its worker died; stderr:\n%s", stderr.String())
 			require.Error(t, err)
@@ -167,13 +197,79 @@ func TestBenchClusterFlags(t *testing.T) {
 			for k, v := range tc.env {
 				t.Setenv(k, v)
 			}
-			root := NewRootCommand()
+			root := newCommand()
 			var stdout, stderr bytes.Buffer
 			root.SetOut(&stdout)
 			root.SetErr(&stderr)
-			root.SetArgs(append([]string{"--config=", "bench", "--out", t.TempDir()}, tc.args...))
+			root.SetArgs(append([]string{"--config=", "--out", t.TempDir()}, tc.args...))
 			err := root.ExecuteContext(context.Background())
 			require.ErrorContains(t, err, tc.want)
 		})
+	}
+}
+
+// TestNewsfeedBinary: the workers' binary is --newsfeed, else newsfeed
+// beside the bench's own binary, else newsfeed on PATH; without any, the
+// error says how to get one.
+func TestNewsfeedBinary(t *testing.T) {
+	self := filepath.Join(t.TempDir(), "newsfeed-bench")
+	onPath := t.TempDir()
+	t.Setenv("PATH", onPath)
+
+	_, err := newsfeedBinary("", self)
+	require.ErrorContains(t, err, "make build")
+
+	pathBinary := filepath.Join(onPath, "newsfeed")
+	require.NoError(t, os.WriteFile(pathBinary, []byte("#!/bin/sh\n"), 0o755))
+	got, err := newsfeedBinary("", self)
+	require.NoError(t, err)
+	require.Equal(t, pathBinary, got)
+
+	beside := filepath.Join(filepath.Dir(self), "newsfeed")
+	require.NoError(t, os.WriteFile(beside, []byte("#!/bin/sh\n"), 0o755))
+	got, err = newsfeedBinary("", self)
+	require.NoError(t, err)
+	require.Equal(t, beside, got)
+
+	got, err = newsfeedBinary("/elsewhere/newsfeed", self)
+	require.NoError(t, err)
+	require.Equal(t, "/elsewhere/newsfeed", got)
+}
+
+// TestBaselineConfigSetsEveryField: the live stage's baseline workers are
+// the work role's without the live path, so every field of fanout.Config
+// comes from the configuration as the work role's does, or is one that
+// does not change what the workers do in Redis. A field added to
+// fanout.Config fails here until baselineConfig considers it.
+func TestBaselineConfigSetsEveryField(t *testing.T) {
+	cfg, err := app.LoadConfig(app.ConfigSources{Environ: []string{
+		// Values that no default has, so that a field left zero shows.
+		"NEWSFEED_FANOUT_CONCURRENCY=7", "NEWSFEED_FANOUT_PAGE_SIZE=123", "NEWSFEED_FANOUT_CHUNK_SIZE=4567",
+		"NEWSFEED_QUEUE_CLAIM_IDLE=41s", "NEWSFEED_QUEUE_MAX_DELIVERIES=9", "NEWSFEED_OUTBOX_MAX_ATTEMPTS=11",
+		"NEWSFEED_OUTBOX_BACKOFF_BASE=3s", "NEWSFEED_OUTBOX_BACKOFF_MAX=2h", "NEWSFEED_OUTBOX_REDELIVER_AFTER=3m",
+		"NEWSFEED_SHUTDOWN_TIMEOUT=17s",
+	}})
+	require.NoError(t, err)
+	got := baselineConfig(cfg, zap.NewNop())
+	require.Equal(t, fanout.Config{
+		Concurrency: 7, PageSize: 123, ChunkSize: 4567, ClaimIdle: 41 * time.Second, MaxDeliveries: 9, MaxAttempts: 11,
+		Backoff: got.Backoff, RedeliverAfter: 3 * time.Minute, ShutdownTimeout: 17 * time.Second, Logger: got.Logger,
+	}, got)
+	require.Equal(t, 3*time.Second, got.Backoff.Base)
+	require.Equal(t, 2*time.Hour, got.Backoff.Max)
+
+	// Left to their defaults on purpose: the consumer's name (host-pid, as
+	// the work role's), metrics and outages (counted and explained in this
+	// process only), tracing (no baseline with tracing.endpoint) and the
+	// live path, which the baseline is without.
+	unset := map[string]bool{"Consumer": true, "Metrics": true, "Outages": true, "TracerProvider": true, "Live": true}
+	v := reflect.ValueOf(got)
+	for i := range v.NumField() {
+		name := v.Type().Field(i).Name
+		if unset[name] {
+			require.True(t, v.Field(i).IsZero(), "%s is set: the baseline would differ from the work role", name)
+			continue
+		}
+		require.False(t, v.Field(i).IsZero(), "fanout.Config.%s: baselineConfig does not set it as app's work role does", name)
 	}
 }
