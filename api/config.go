@@ -29,6 +29,9 @@ const (
 	// DefaultStreamCatchUp is how often a stream reads the top of its feed
 	// for what the live channel may have lost.
 	DefaultStreamCatchUp = time.Minute
+	// DefaultRequestTimeout is how long a request may take, answer
+	// included (http.request_timeout).
+	DefaultRequestTimeout = 5 * time.Second
 )
 
 // Config configures the API. A zero field takes the default named; a
@@ -44,6 +47,12 @@ type Config struct {
 	OutboxWrittenFunc func()
 	// Ops serves /metrics, /healthz and /readyz beside the API.
 	Ops http.Handler
+	// RequestTimeout is how long a request may take, its answer included
+	// (http.request_timeout): what it asks of PostgreSQL and Redis gets
+	// the request's context, whose deadline leaves room to answer; a live
+	// stream has it until its headers are sent. Defaults to
+	// DefaultRequestTimeout (5s).
+	RequestTimeout time.Duration
 	// FallbackConcurrency bounds the feed reads served from PostgreSQL at
 	// once while Redis does not answer (feed.fallback_concurrency); beyond
 	// it a read answers 503. Defaults to DefaultFallbackConcurrency (16).
@@ -128,6 +137,7 @@ func (c *Config) validate() error {
 		notNegative("StreamHeartbeat", c.StreamHeartbeat, defaults.The(DefaultStreamHeartbeat)),
 		notNegative("StreamMaxDuration", c.StreamMaxDuration, defaults.The(DefaultStreamMaxDuration)),
 		notNegative("StreamCatchUp", c.StreamCatchUp, defaults.The(DefaultStreamCatchUp)),
+		notNegative("RequestTimeout", c.RequestTimeout, defaults.The(DefaultRequestTimeout)),
 	)
 }
 
@@ -142,6 +152,7 @@ func (c Config) withDefaults() Config {
 	defaults.Fill(&c.StreamHeartbeat, DefaultStreamHeartbeat)
 	defaults.Fill(&c.StreamMaxDuration, DefaultStreamMaxDuration)
 	defaults.Fill(&c.StreamCatchUp, DefaultStreamCatchUp)
+	defaults.Fill(&c.RequestTimeout, DefaultRequestTimeout)
 	if c.streamSettleAfter == nil {
 		c.streamSettleAfter = settleAfter
 	}

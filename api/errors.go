@@ -10,6 +10,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // Error is an error the client caused or must know about, with its status and
@@ -30,8 +31,17 @@ func invalidArgument(message string) *Error {
 	return newError(http.StatusBadRequest, "invalid_argument", message)
 }
 
-// errInternal is what a recovered panic becomes.
+// errInternal is what a recovered panic, or an error nothing recognises,
+// becomes: a bug must not read as an outage.
 var errInternal = newError(http.StatusInternalServerError, "internal", "internal error")
+
+// errUnavailable is what a dependency failing becomes.
+var errUnavailable = newError(http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; retry later")
+
+// unavailableRetryAfter is the Retry-After of a 503 for a dependency, in
+// seconds: the health watch pings the dependencies four times as often, so that
+// a retry after it finds the outage known, or over.
+const unavailableRetryAfter = "1"
 
 // domainErrors maps domain sentinels to what the client sees.
 var domainErrors = []struct {
@@ -53,17 +63,21 @@ var echoStatusCodes = map[int]*Error{
 
 // errorHandler writes every error as {"error": {"code", "message"}}. Errors
 // the client did not cause are logged, with the request's id and no stack
-// trace; their details never leave the server. Any error that is not the
-// client's and not a bug is a dependency failing (PostgreSQL or Redis): 503,
-// so that clients and balancers retry. While an outage that outages has
-// logged explains it, it is logged at debug only: the outage is one line,
-// not one per request.
+// trace; their details never leave the server. A dependency failing
+// (PostgreSQL or Redis down, silent past the request's deadline, refusing
+// for a while) is 503 with Retry-After, so that clients and balancers
+// retry; any other error is a bug, 500 internal, logged at error. While an
+// outage that outages has logged explains a 503, it is logged at debug
+// only: the outage is one line, not one per request.
 func errorHandler(outages Outages) echo.HTTPErrorHandler {
 	return func(err error, c echo.Context) {
 		if c.Response().Committed {
 			return
 		}
 		apiErr := classify(err)
+		if apiErr.Status == http.StatusServiceUnavailable && c.Response().Header().Get("Retry-After") == "" {
+			c.Response().Header().Set("Retry-After", unavailableRetryAfter)
+		}
 		body := map[string]any{"error": map[string]string{"code": apiErr.Code, "message": apiErr.Message}}
 		if c.Request().Method == http.MethodHead {
 			_ = c.NoContent(apiErr.Status)
@@ -106,5 +120,16 @@ func classify(err error) *Error {
 			return newError(he.Code, "invalid_argument", http.StatusText(he.Code))
 		}
 	}
-	return newError(http.StatusServiceUnavailable, "unavailable", "a backing service is unavailable; retry later")
+	if outage(err) {
+		return errUnavailable
+	}
+	return errInternal
+}
+
+// outage reports whether err is a dependency failing to serve rather than
+// a bug: domain.ErrUnavailable, a deadline met waiting for PostgreSQL or
+// Redis, a connection refused or broken, their own "not now" errors
+// (health.IsOutage) — or a client that left, whose answer nobody reads.
+func outage(err error) bool {
+	return errors.Is(err, domain.ErrUnavailable) || errors.Is(err, context.Canceled) || health.IsOutage(err)
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,6 +28,42 @@ func recoverPanics(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 		}()
 		return next(c)
+	}
+}
+
+// What of http.request_timeout is kept for after the request's deadline: a
+// tenth, and at least minAnswerReserve — writing the 503, and what a request
+// releases on its way out whatever its context says (a failed feed
+// rebuild's lock: a Redis call of its own, two tries of a few hundred
+// milliseconds against a silent Redis). The request's calls to PostgreSQL
+// and Redis get the rest.
+const (
+	answerShare      = 10
+	minAnswerReserve = 750 * time.Millisecond
+)
+
+// callBudget is how long a request's dependency calls may take, together.
+func callBudget(requestTimeout time.Duration) time.Duration {
+	return requestTimeout - max(requestTimeout/answerShare, minAnswerReserve)
+}
+
+// requestDeadline gives every request's context a deadline: what a handler
+// asks of PostgreSQL and Redis ends with it (pgx closes a connection whose
+// context ends; go-redis, with ContextTimeoutEnabled, takes the deadline to
+// the socket), and the error answers 503. The live stream, a response that
+// lasts, is excepted: it bounds its own opening (feedStream).
+func requestDeadline(requestTimeout time.Duration, except string) echo.MiddlewareFunc {
+	budget := callBudget(requestTimeout)
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if c.Path() == except {
+				return next(c)
+			}
+			ctx, cancel := context.WithTimeout(c.Request().Context(), budget)
+			defer cancel()
+			c.SetRequest(c.Request().WithContext(ctx))
+			return next(c)
+		}
 	}
 }
 

@@ -173,5 +173,14 @@ func (s *Server) startRequestSpan(ctx context.Context, c echo.Context, id string
 // degraded logs a failure the request survives (a feed left to its event
 // to fix): at warn, or at debug while a known outage explains it.
 func (s *Server) degraded(c echo.Context, msg string, err error, fields ...zap.Field) {
-	health.Log(c.Request().Context(), s.cfg.Outages, requestLog(c), msg, err, fields...)
+	logAside(c.Request().Context(), s.cfg.Outages, requestLog(c), msg, err, fields...)
+}
+
+// logAside is health.Log in a goroutine of its own: telling whether an
+// outage explains a failure may take a round of pings (up to a second with
+// the dependency silent), which a request that goes on without the
+// dependency must not wait for. The line keeps the request's id.
+func logAside(ctx context.Context, outages health.Explainer, log *zap.Logger, msg string, err error, fields ...zap.Field) {
+	ctx = context.WithoutCancel(ctx)
+	go health.Log(ctx, outages, log, msg, err, fields...)
 }

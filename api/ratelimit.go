@@ -9,8 +9,6 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
-
-	"github.com/newsfeed/newsfeed/internal/health"
 )
 
 // RateLimiter counts one user's events of an action, shared by every serve
@@ -90,7 +88,7 @@ func (rl *rateLimits) limit(action string) echo.MiddlewareFunc {
 				return ctx.Err() // the client left: no outage
 			case err != nil:
 				rl.failOpen.WithLabelValues(action).Inc()
-				health.Log(ctx, rl.outages, requestLog(c), "rate limiter did not answer; request let through", err,
+				logAside(ctx, rl.outages, requestLog(c), "rate limiter did not answer; request let through", err,
 					zap.String("action", action))
 				return next(c)
 			}

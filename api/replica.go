@@ -9,7 +9,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
-	"github.com/newsfeed/newsfeed/internal/health"
 	"github.com/newsfeed/newsfeed/internal/logctx"
 )
 
@@ -114,7 +113,7 @@ func (s *stickyReads) wrote(ctx context.Context, user int64) {
 	}
 	if err != nil && ctx.Err() == nil { // else the client left
 		s.unrecorded.Inc()
-		health.Log(ctx, s.outages, logctx.From(ctx, s.log),
+		logAside(ctx, s.outages, logctx.From(ctx, s.log),
 			"cannot record the write position; its author may read stale listings until the replica catches up", err)
 	}
 }

@@ -79,6 +79,9 @@ type Outages interface {
 	IsDown(name string) bool
 }
 
+// streamRoute is the live stream's route: a response that lasts.
+const streamRoute = "/v1/feed/stream"
+
 // The operations routes, served beside the API when Config.Ops is set.
 const (
 	opsMetrics = "/metrics"
@@ -127,7 +130,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = errorHandler(cfg.Outages)
-	e.Use(s.observe, requestMetrics(cfg.Registerer), recoverPanics, limitBody)
+	e.Use(s.observe, requestMetrics(cfg.Registerer), recoverPanics, limitBody, requestDeadline(cfg.RequestTimeout, streamRoute))
 	if cfg.Ops != nil {
 		ops := echo.WrapHandler(cfg.Ops)
 		e.GET(opsMetrics, ops)
@@ -153,7 +156,7 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
-	e.GET("/v1/feed/stream", s.feedStream, streamAuth(cfg.Secret), strictQuery)
+	e.GET(streamRoute, s.feedStream, streamAuth(cfg.Secret), strictQuery)
 	s.mountApp(e)
 	routing.NoDeeperPaths(e)
 	return e, nil

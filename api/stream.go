@@ -116,7 +116,11 @@ func (s *Server) feedStream(c echo.Context) error {
 	if s.cfg.Live == nil {
 		return newError(http.StatusServiceUnavailable, "unavailable", "live streams are off in this process")
 	}
-	sub, err := s.cfg.Live.Subscribe(ctx, me)
+	// Until its headers are sent a stream is a request like any other,
+	// bounded by http.request_timeout (requestDeadline leaves it alone).
+	opening, opened := context.WithTimeout(ctx, callBudget(s.cfg.RequestTimeout))
+	defer opened()
+	sub, err := s.cfg.Live.Subscribe(opening, me)
 	switch {
 	case errors.Is(err, domain.ErrTooManyStreams):
 		c.Response().Header().Set("Retry-After", strconv.Itoa(streamRetryAfter))
@@ -135,8 +139,9 @@ func (s *Server) feedStream(c echo.Context) error {
 	if resume == 0 {
 		// Before the answer begins: what lands once the client sees it
 		// open is above the start.
-		st.startAtNewest(ctx)
+		st.startAtNewest(opening)
 	}
+	opened()
 	st.rc = http.NewResponseController(c.Response())
 	// A stream is one long response: the server's read timeout, meant for
 	// requests, would end it.

@@ -66,10 +66,18 @@ type System struct {
 	Log     *zap.Logger
 	Primary *pgxpool.Pool
 	Read    *pgxpool.Pool
-	Redis   redis.UniversalClient
-	Store   *store.DB
-	Feeds   *feed.Feeds
-	Queue   *queue.Queue
+	// Redis is the client of the work no request waits for — the queue,
+	// fan-out, live presence, the health watch, commands — whose calls may
+	// take longer (backgroundRedis): WAIT, blocking reads.
+	Redis redis.UniversalClient
+	Store *store.DB
+	Feeds *feed.Feeds
+	Queue *queue.Queue
+
+	// redisRequests is the client of the API's requests: each call bounded
+	// in the low hundreds of milliseconds (requestRedis), so that a silent
+	// Redis leaves a feed read the time to read PostgreSQL instead.
+	redisRequests redis.UniversalClient
 
 	// Dev is --dev: serve also answers POST /dev/token, which signs a
 	// token for any user id (the web app's sign-in by id), and the operator
@@ -123,7 +131,11 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		}
 	}()
 
-	primary, err := store.Connect(ctx, cfg.Database.URL, cfg.Database.MaxConns, cfg.Database.ConnectWait)
+	pools := func(url string) store.PoolConfig {
+		return store.PoolConfig{URL: url, MaxConns: cfg.Database.MaxConns, ConnectWait: cfg.Database.ConnectWait,
+			StatementTimeout: statementTimeout(cfg, roles)}
+	}
+	primary, err := store.Dial(ctx, pools(cfg.Database.URL))
 	if err != nil {
 		if store.IsDatabaseMissing(err) {
 			return nil, fmt.Errorf("database.url: the database does not exist; run `newsfeed migrate` first: %w", err)
@@ -134,7 +146,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	s.closers = append(s.closers, primary.Close)
 	s.Read = primary
 	if cfg.Database.ReadURL != "" {
-		read, err := store.Connect(ctx, cfg.Database.ReadURL, cfg.Database.MaxConns, cfg.Database.ConnectWait)
+		read, err := store.Dial(ctx, pools(cfg.Database.ReadURL))
 		if err != nil {
 			return nil, fmt.Errorf("database.read_url: %w", err)
 		}
@@ -148,7 +160,14 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 	s.Redis = rdb
 	s.closers = append(s.closers, func() { _ = rdb.Close() })
+	if s.redisRequests, err = newRedisClient(cfg, requestRedis); err != nil {
+		return nil, err
+	}
+	s.closers = append(s.closers, func() { _ = s.redisRequests.Close() })
 
+	// The pings go through the background client: a Redis slower than a
+	// request's budget is slow, not down. Each ping has the watch's
+	// timeout (health.DefaultTimeout), whatever the client's.
 	s.health = health.NewWatch(log.Named("health"), 0, 0,
 		health.Dependency{Name: health.PostgreSQL, Key: "database.url", Ping: s.Primary.Ping},
 		health.Dependency{Name: health.Redis, Key: "redis.url", Ping: func(ctx context.Context) error { return rdb.Ping(ctx).Err() }})
@@ -170,10 +189,12 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 
 	s.Store = store.New(s.Primary, s.Read)
 	feeds := feed.Config{
-		Prefix:      cfg.Redis.Prefix,
-		MaxLen:      cfg.Feed.MaxLen,
-		Backfill:    cfg.Feed.Backfill,
-		RebuildWait: cfg.Feed.RebuildWait,
+		Prefix:   cfg.Redis.Prefix,
+		MaxLen:   cfg.Feed.MaxLen,
+		Backfill: cfg.Feed.Backfill,
+		// A request waits for another reader's rebuild at most half its
+		// time: the other half reads PostgreSQL instead.
+		RebuildWait: min(cfg.Feed.RebuildWait, cfg.HTTP.RequestTimeout/2),
 		ActiveTTL:   time.Duration(cfg.Feed.ActiveDays) * 24 * time.Hour,
 		Cluster:     cfg.Redis.Cluster,
 
@@ -182,10 +203,11 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 	// The API's writes to feeds are a head start that the events' fan-out
 	// does again: only the workers wait for replicas (redis.wait_replicas).
-	if s.Feeds, err = feed.New(rdb, s.Store, feeds); err != nil {
+	if s.Feeds, err = feed.New(s.redisRequests, s.Store, feeds); err != nil {
 		return nil, err
 	}
 	feeds.WaitReplicas, feeds.WaitTimeout = cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout
+	feeds.RebuildWait = cfg.Feed.RebuildWait
 	if s.fanoutFeeds, err = feed.New(rdb, s.Store, feeds); err != nil {
 		return nil, err
 	}
@@ -216,6 +238,18 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	return s, nil
 }
 
+// statementTimeout is the statement_timeout (and
+// idle_in_transaction_session_timeout) of a process's PostgreSQL sessions:
+// the longest any of its roles waits for a statement. A process that only
+// serves the API has nothing longer than a request; background roles bound
+// each pass, the dispatcher's at outbox.lease or outbox.DefaultPassTimeout.
+func statementTimeout(cfg *Config, roles []Role) time.Duration {
+	if len(roles) > 0 && !slices.ContainsFunc(roles, func(r Role) bool { return r != RoleServe }) {
+		return cfg.HTTP.RequestTimeout
+	}
+	return max(cfg.HTTP.RequestTimeout, cfg.Outbox.Lease, outbox.DefaultPassTimeout)
+}
+
 // Close releases what Open opened, in reverse order.
 func (s *System) Close() {
 	for i := len(s.closers) - 1; i >= 0; i-- {
@@ -230,38 +264,82 @@ type redisLogger struct{ log *zap.SugaredLogger }
 
 func (l redisLogger) Printf(_ context.Context, format string, v ...any) { l.log.Debugf(format, v...) }
 
-// connectRedis connects to redis.url, retrying for database.connect_wait. An
-// optional Redis (a process that serves the API) is tried once: when it does
-// not answer, the client is returned with answered false, and the process
-// starts without it.
-func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bool) (rdb redis.UniversalClient, answered bool, err error) {
-	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
+// redisBounds are the timeouts of a Redis client (docs/DESIGN.md,
+// "Timeouts"), go-redis's own: a silent Redis costs a call at most
+// (retries + 1) × (read + backoff), a refused one (retries + 1) × dials.
+type redisBounds struct {
+	// read bounds each socket read and write (ReadTimeout, WriteTimeout);
+	// a blocking read (XREADGROUP BLOCK) gets its block time on top, from
+	// go-redis, and its caller's deadline (queue).
+	read time.Duration
+	// dial bounds one dial (DialTimeout); dials tries it that often
+	// (DialerRetries) for one connection.
+	dial  time.Duration
+	dials int
+	// pool bounds the wait for a pooled connection when all are busy
+	// (PoolTimeout).
+	pool time.Duration
+	// retries is MaxRetries: go-redis tries a call again on a timeout or
+	// a broken connection.
+	retries int
+}
+
+var (
+	// requestRedis bounds the API's calls: a silent Redis fails a call
+	// within about 2 × 300 ms, and a feed read then reads PostgreSQL, well
+	// within 2 s. One retry: a pooled connection that broke gets a fresh
+	// one.
+	requestRedis = redisBounds{read: 300 * time.Millisecond, dial: 500 * time.Millisecond, dials: 1,
+		pool: 500 * time.Millisecond, retries: 1}
+	// backgroundRedis bounds the calls no request waits for: 3 s reads
+	// cover a WAIT of redis.wait_timeout (at most maxWaitTimeout) in a
+	// pipeline; the loops bound each pass and each blocking read besides.
+	backgroundRedis = redisBounds{read: 3 * time.Second, dial: 2 * time.Second, pool: 4 * time.Second, retries: 3}
+)
+
+// newRedisClient makes a client of redis.url (a Redis Cluster with
+// redis.cluster) with bounds b. A context's deadline bounds the socket reads
+// and writes too (ContextTimeoutEnabled), not only the wait for a
+// connection: a Redis that accepts and never answers holds a call no longer
+// than its caller allows (the rate limiter gives it 250 ms, a request
+// http.request_timeout). TCP keepalive is go-redis's (30 s + 3 × 5 s).
+func newRedisClient(cfg *Config, b redisBounds) (redis.UniversalClient, error) {
 	poolSize := cfg.Fanout.Concurrency + 32 // one per in-flight ticket, plus readers and the API
 	if cfg.Redis.Cluster {
 		opts, err := redis.ParseClusterURL(cfg.Redis.URL)
 		if err != nil {
-			return nil, false, fmt.Errorf("redis.url: %w", err)
+			return nil, fmt.Errorf("redis.url: %w", err)
 		}
 		opts.PoolSize = poolSize
-		opts.ContextTimeoutEnabled = true // see the single-node branch
+		opts.ContextTimeoutEnabled = true
+		opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = b.read, b.read, b.pool
+		opts.DialTimeout, opts.DialerRetries, opts.MaxRetries = b.dial, b.dials, b.retries
 		// go-redis reloads the slot map on MOVED and ASK, but not when a
 		// primary stops answering (redis/go-redis#3979): without this a
 		// client dials a dead primary for up to a minute after its replica
 		// took over. A reload is one CLUSTER SLOTS, in the background.
 		opts.ClusterStateReloadInterval = clusterStateReloadInterval
-		rdb = redis.NewClusterClient(opts)
-	} else {
-		opts, err := redis.ParseURL(cfg.Redis.URL)
-		if err != nil {
-			return nil, false, fmt.Errorf("redis.url: %w", err)
-		}
-		opts.PoolSize = poolSize
-		// A context's deadline bounds the socket reads and writes too, not
-		// only the wait for a connection: a Redis that accepts and never
-		// answers must not hold a write for read_timeout (the rate limiter
-		// gives it 250 ms, /readyz one second).
-		opts.ContextTimeoutEnabled = true
-		rdb = redis.NewClient(opts)
+		return redis.NewClusterClient(opts), nil
+	}
+	opts, err := redis.ParseURL(cfg.Redis.URL)
+	if err != nil {
+		return nil, fmt.Errorf("redis.url: %w", err)
+	}
+	opts.PoolSize = poolSize
+	opts.ContextTimeoutEnabled = true
+	opts.ReadTimeout, opts.WriteTimeout, opts.PoolTimeout = b.read, b.read, b.pool
+	opts.DialTimeout, opts.DialerRetries, opts.MaxRetries = b.dial, b.dials, b.retries
+	return redis.NewClient(opts), nil
+}
+
+// connectRedis connects to redis.url with the background bounds, retrying
+// for database.connect_wait. An optional Redis (a process that serves the
+// API) is tried once: when it does not answer, the client is returned with
+// answered false, and the process starts without it.
+func connectRedis(ctx context.Context, cfg *Config, log *zap.Logger, optional bool) (rdb redis.UniversalClient, answered bool, err error) {
+	redis.SetLogger(redisLogger{log.Named("redis").Sugar()})
+	if rdb, err = newRedisClient(cfg, backgroundRedis); err != nil {
+		return nil, false, err
 	}
 	err = backoff.Retry(ctx, cfg.Database.ConnectWait, func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
@@ -466,7 +544,7 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		// A caller's own writes show in their listings at once: while the
 		// replica has not replayed them, their listings read the primary.
 		readYourWrites = &api.ReadYourWrites{
-			Positions:   sticky.New(s.Redis, cfg.Redis.Prefix),
+			Positions:   sticky.New(s.redisRequests, cfg.Redis.Prefix),
 			Replication: s.Store,
 			Primary:     store.New(s.Primary, nil),
 		}
@@ -487,11 +565,12 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		FallbackConcurrency: cfg.Feed.FallbackConcurrency,
 		// Per-user limits, in Redis so that every serve process counts
 		// together; they fail open while Redis is down.
-		RateLimiter:      ratelimit.New(s.Redis, cfg.Redis.Prefix),
+		RateLimiter:      ratelimit.New(s.redisRequests, cfg.Redis.Prefix),
 		PostsPerMinute:   cfg.RateLimit.PostsPerMinute,
 		FollowsPerMinute: cfg.RateLimit.FollowsPerMinute,
 		ReadYourWrites:   readYourWrites,
 		Ops:              s.opsHandler(),
+		RequestTimeout:   cfg.HTTP.RequestTimeout,
 		Registerer:       s.registry,
 		Logger:           s.Log.Named("api"),
 		AccessLogLevel:   accessLevel(cfg.Log.AccessLevel),

@@ -75,6 +75,10 @@ type Config struct {
 		// MaxHeaderBytes bounds the request line and headers; more is
 		// refused with 431. Defaults to 65536.
 		MaxHeaderBytes int `koanf:"max_header_bytes"`
+		// RequestTimeout: every API request is answered within it,
+		// whatever a dependency does (a live stream once its headers are
+		// sent excepted); at least minRequestTimeout. Defaults to 5s.
+		RequestTimeout time.Duration `koanf:"request_timeout"`
 	} `koanf:"http"`
 	Metrics struct {
 		// Addr serves /metrics, /healthz and /readyz for every role; empty
@@ -225,6 +229,12 @@ type Config struct {
 // marker, which the Redis client gives its read timeout (3s) and no more.
 const maxWaitTimeout = 2 * time.Second
 
+// minRequestTimeout bounds http.request_timeout from below: a request's
+// calls get it less at least 750 ms kept to answer, and a feed read gives a
+// silent Redis some hundreds of milliseconds of that before it reads
+// PostgreSQL instead.
+const minRequestTimeout = 2 * time.Second
+
 // minAdminToken is the shortest admin.token taken: the console retries
 // dead events, so its token must not be guessable.
 const minAdminToken = 16
@@ -250,6 +260,7 @@ var defaults = map[string]any{
 	"http.read_timeout":            "30s",
 	"http.idle_timeout":            "2m",
 	"http.max_header_bytes":        65536,
+	"http.request_timeout":         api.DefaultRequestTimeout.String(),
 	"ratelimit.posts_per_minute":   60,
 	"ratelimit.follows_per_minute": 300,
 	"metrics.addr":                 ":9090",
@@ -350,6 +361,9 @@ func (c *Config) validate() []problem {
 	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
 	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)
 	positiveDur("http.idle_timeout", c.HTTP.IdleTimeout)
+	if c.HTTP.RequestTimeout < minRequestTimeout {
+		bad("http.request_timeout", "must be at least %s, got %s", minRequestTimeout, c.HTTP.RequestTimeout)
+	}
 	if c.HTTP.MaxHeaderBytes < 4096 {
 		bad("http.max_header_bytes", "must be at least 4096, got %d", c.HTTP.MaxHeaderBytes)
 	}

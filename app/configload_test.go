@@ -301,3 +301,22 @@ func TestAdminToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, cfg.Admin.Token, "unset by default: the console is off")
 }
+
+// TestRequestTimeout: http.request_timeout defaults to 5s, is refused
+// below 2s (a request's calls would leave a feed read no time for
+// PostgreSQL), and bounds the statements of a process that only serves.
+func TestRequestTimeout(t *testing.T) {
+	t.Parallel()
+	cfg, err := LoadConfig(ConfigSources{})
+	require.NoError(t, err)
+	require.Equal(t, 5*time.Second, cfg.HTTP.RequestTimeout)
+	require.Equal(t, []string{"NEWSFEED_HTTP_REQUEST_TIMEOUT: http.request_timeout: must be at least 2s, got 1.5s"},
+		configProblems(t, ConfigSources{Environ: []string{"NEWSFEED_HTTP_REQUEST_TIMEOUT=1.5s"}}))
+	cfg, err = LoadConfig(ConfigSources{Environ: []string{"NEWSFEED_HTTP_REQUEST_TIMEOUT=2s"}})
+	require.NoError(t, err)
+	require.Equal(t, 2*time.Second, cfg.HTTP.RequestTimeout)
+
+	require.Equal(t, 2*time.Second, statementTimeout(cfg, []Role{RoleServe}), "serve alone: a request's time")
+	require.Equal(t, 30*time.Second, statementTimeout(cfg, []Role{RoleServe, RoleDispatch, RoleWork}), "a background pass's")
+	require.Equal(t, 30*time.Second, statementTimeout(cfg, nil), "a command's")
+}

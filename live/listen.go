@@ -3,6 +3,8 @@ package live
 import (
 	"context"
 	"errors"
+	"net"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/zap"
@@ -86,13 +88,35 @@ const warnAfter = 5
 // errUnsubscribed: Redis ended the subscription (its slot moved).
 var errUnsubscribed = errors.New("unsubscribed by the server")
 
-// receive reads one subscription until it breaks.
+// quietFor is how long a subscription hears nothing before it pings Redis;
+// a ping unanswered as long again means the connection is dead (a silent
+// Redis: no reset, no answer), and the subscription is made again. A silent
+// partition then costs live events at most 2 × quietFor, not until the
+// connection breaks by itself.
+const quietFor = 2 * time.Second
+
+// errNoPong: a ping on the subscription went unanswered.
+var errNoPong = errors.New("no answer to a ping on the subscription")
+
+// receive reads one subscription until it breaks, or goes silent.
 func receive(ctx context.Context, ps *redis.PubSub, subscribed func(), message func(string)) error {
+	pinged := false
 	for {
-		m, err := ps.Receive(ctx)
+		m, err := ps.ReceiveTimeout(ctx, quietFor)
+		if isTimeout(err) && ctx.Err() == nil {
+			if pinged {
+				return errNoPong
+			}
+			if err := ps.Ping(ctx); err != nil {
+				return err
+			}
+			pinged = true
+			continue
+		}
 		if err != nil {
 			return err
 		}
+		pinged = false
 		switch m := m.(type) {
 		case *redis.Subscription:
 			switch m.Kind {
@@ -105,4 +129,11 @@ func receive(ctx context.Context, ps *redis.PubSub, subscribed func(), message f
 			message(m.Payload)
 		}
 	}
+}
+
+// isTimeout reports whether err is a read that timed out (the connection
+// is still good: go-redis keeps it after ReceiveTimeout).
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.As(err, &netErr) && netErr.Timeout()
 }

@@ -35,11 +35,14 @@ import (
 // A queue of one partition blocks in XREADGROUP on its stream, as ever.
 
 // Read takes up to count new tickets for consumer from every partition,
-// waiting up to block for the first (not at all when block <= 0). It returns
+// waiting up to block for the first (not at all when block <= 0), and
+// returns within block and blockGrace whatever Redis does. It returns
 // no tickets and no error when none came. When some partitions answered and
 // others failed, it returns the tickets it took together with the error:
 // they are the consumer's now, and must be processed.
 func (q *Queue) Read(ctx context.Context, consumer string, count int, block time.Duration) ([]domain.Delivery, error) {
+	ctx, cancel := blocking(ctx, block)
+	defer cancel()
 	parts, setErr := q.knownPartitions(ctx)
 	if len(parts) > q.partitions {
 		setErr = errors.Join(setErr, q.retire(ctx))
@@ -73,6 +76,18 @@ func (q *Queue) Read(ctx context.Context, consumer string, count int, block time
 			return nil, err
 		}
 	}
+}
+
+// blockGrace is how much longer than its block time a Read waits for Redis
+// to answer, its other calls included: go-redis gives a blocking read's
+// socket 10 s more than the block, which a silent Redis would take whole.
+const blockGrace = time.Second
+
+// blocking bounds a Read that blocks for block: its context ends blockGrace
+// after the block time (go-redis, with ContextTimeoutEnabled, takes the
+// deadline to the socket).
+func blocking(ctx context.Context, block time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, max(block, 0)+blockGrace)
 }
 
 // readOne reads one partition, blocking in XREADGROUP.

@@ -8,6 +8,8 @@ package store
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgerrcode"
@@ -41,13 +43,108 @@ func (db *DB) Ping(ctx context.Context) error { return db.primary.Ping(ctx) }
 
 // Connect opens a pool to url, retrying for up to wait while the server is
 // unreachable, so that a process started beside its database does not fail.
+// Its sessions keep the server's statement_timeout (Dial sets one).
 func Connect(ctx context.Context, url string, maxConns int32, wait time.Duration) (*pgxpool.Pool, error) {
+	return Dial(ctx, PoolConfig{URL: url, MaxConns: maxConns, ConnectWait: wait})
+}
+
+// PoolConfig configures a pool that Dial opens.
+type PoolConfig struct {
+	// URL is the server's, in libpq's URL or key=value form.
+	URL string
+	// MaxConns bounds the pool's connections. Defaults to pgx's.
+	MaxConns int32
+	// ConnectWait is how long Dial retries a server that does not answer.
+	ConnectWait time.Duration
+	// StatementTimeout is the statement_timeout and
+	// idle_in_transaction_session_timeout of every session, unless URL
+	// sets them: how long the server goes on with a statement (or holds a
+	// transaction's locks) for a client that gave up or was cut off — a
+	// context's deadline ends the wait on the client's side only. 0 keeps
+	// the server's.
+	StatementTimeout time.Duration
+}
+
+// The bounds of every pool's connections (docs/DESIGN.md, "Timeouts").
+const (
+	// defaultConnectTimeout bounds one connection's dial, TLS and start-up
+	// (connect_timeout, unless the URL sets it): pgxpool makes connections
+	// in the background, past the context of the request that asked, and
+	// one to a silent server would hold its place in the pool for ever.
+	defaultConnectTimeout = 2 * time.Second
+	// keepAliveIdle, keepAliveInterval and keepAliveCount: TCP keepalive
+	// finds a connection whose server went away without a word (a host
+	// gone, a NAT that forgot it) after 15 s + 3 × 5 s idle, instead of the
+	// kernel's two hours, so that the pool drops it before anyone uses it.
+	keepAliveIdle     = 15 * time.Second
+	keepAliveInterval = 5 * time.Second
+	keepAliveCount    = 3
+)
+
+// statementGrace is how long past statement_timeout a statement's caller
+// waits for the server's answer (its error, at the latest) before it gives
+// up on a server that says nothing.
+const statementGrace = time.Second
+
+// statementDeadline gives a statement whose caller set no deadline (the
+// background roles' loops) one: statement_timeout and statementGrace. It is
+// a pgx QueryTracer because pgx runs the statement with the context
+// TraceQueryStart returns; TraceQueryEnd (for rows, when they close)
+// releases its timer.
+type statementDeadline struct{ timeout time.Duration }
+
+// cancelKey holds, in a context statementDeadline made, its CancelFunc.
+type cancelKey struct{}
+
+// TraceQueryStart bounds ctx, unless it has a deadline of its own.
+func (d statementDeadline) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx
+	}
+	ctx, cancel := context.WithTimeout(ctx, d.timeout)
+	return context.WithValue(ctx, cancelKey{}, cancel)
+}
+
+// TraceQueryEnd releases what TraceQueryStart made.
+func (statementDeadline) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
+	if cancel, ok := ctx.Value(cancelKey{}).(context.CancelFunc); ok {
+		cancel()
+	}
+}
+
+// keepAlive is the TCP keepalive of the product's connections.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: keepAliveIdle, Interval: keepAliveInterval, Count: keepAliveCount}
+
+// Dial opens a pool as cfg says, retrying for up to cfg.ConnectWait while
+// the server is unreachable. A call on the pool ends when its context does,
+// also with the server silent: pgx's default context watcher sets the
+// connection's deadline at once and closes the connection (no cancel
+// request, which a silent server would not answer either).
+func Dial(ctx context.Context, c PoolConfig) (*pgxpool.Pool, error) {
+	url, wait := c.URL, c.ConnectWait
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
 	}
-	if maxConns > 0 {
-		cfg.MaxConns = maxConns
+	if c.MaxConns > 0 {
+		cfg.MaxConns = c.MaxConns
+	}
+	conn := cfg.ConnConfig
+	if conn.ConnectTimeout == 0 {
+		conn.ConnectTimeout = defaultConnectTimeout
+	}
+	dialer := &net.Dialer{KeepAliveConfig: keepAlive}
+	conn.DialFunc = dialer.DialContext
+	if c.StatementTimeout > 0 {
+		ms := strconv.FormatInt(c.StatementTimeout.Milliseconds(), 10)
+		for _, param := range []string{"statement_timeout", "idle_in_transaction_session_timeout"} {
+			if _, set := conn.RuntimeParams[param]; !set {
+				conn.RuntimeParams[param] = ms
+			}
+		}
+		if conn.Tracer == nil {
+			conn.Tracer = statementDeadline{timeout: c.StatementTimeout + statementGrace}
+		}
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

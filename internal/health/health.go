@@ -5,11 +5,13 @@
 // the watch has logged explains them, log at debug only (Log): an outage
 // reads as two lines in every role, not one stack trace per request.
 //
-// The watch learns of an outage from a failure (it pings every dependency,
-// at most once per interval, when something fails that no known outage
-// explains), or from a readiness check; while a dependency is down, Run
-// pings it every interval, so its return is logged even when nothing uses
-// it meanwhile.
+// The watch learns of an outage from its own pings — Run pings every
+// dependency every interval, each ping under a short deadline, so that one
+// that stops answering without refusing (a silent network partition) is
+// known within interval + timeout even when nothing fails on it — or
+// earlier from a failure (it pings at once when something fails that no
+// known outage explains) or a readiness check. While a dependency is down
+// the same pings log its return, whether anything uses it or not.
 package health
 
 import (
@@ -46,9 +48,12 @@ type Dependency struct {
 
 // The defaults of a Watch.
 const (
-	// DefaultInterval is how often a down dependency is pinged.
-	DefaultInterval = time.Second
-	// DefaultTimeout bounds one ping.
+	// DefaultInterval is how often Run pings the dependencies: a PING
+	// and an empty query, a few a second, cost nothing to either.
+	DefaultInterval = 250 * time.Millisecond
+	// DefaultTimeout bounds one ping: a dependency that does not answer
+	// within it is down. With DefaultInterval, a silent one is known
+	// within 1.25 s.
 	DefaultTimeout = time.Second
 )
 
@@ -58,10 +63,12 @@ type Watch struct {
 	log      *zap.Logger
 	interval time.Duration
 	timeout  time.Duration
-	wake     chan struct{} // Run pings while something is down
 
-	mu       sync.Mutex // one round of pings at a time
-	pingedAt time.Time  // when the last round began
+	mu       sync.Mutex // one round of Run's and Explained's pings at a time
+	pingedAt time.Time  // when the last such round began
+
+	recordMu   sync.Mutex // guards what rounds record, and each dependency's since
+	recordedAt time.Time  // when the round that recorded last began
 
 	backAt atomic.Int64 // when a dependency last answered again (Unix ns)
 }
@@ -90,7 +97,7 @@ func brokenConnection(err error) bool {
 type dependency struct {
 	Dependency
 	down  atomic.Bool
-	since time.Time // when it went down; guarded by Watch.mu
+	since time.Time // when it went down; guarded by Watch.recordMu
 }
 
 // NewWatch watches deps, logging to log; a zero interval or timeout takes
@@ -102,7 +109,7 @@ func NewWatch(log *zap.Logger, interval, timeout time.Duration, deps ...Dependen
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
-	w := &Watch{log: log, interval: interval, timeout: timeout, wake: make(chan struct{}, 1)}
+	w := &Watch{log: log, interval: interval, timeout: timeout}
 	for _, d := range deps {
 		w.deps = append(w.deps, &dependency{Dependency: d})
 	}
@@ -119,12 +126,11 @@ func (e *DownError) Error() string { return e.Name + " is unreachable" }
 func (e *DownError) Unwrap() error { return e.Err }
 
 // Check pings every dependency now and returns a *DownError for the first
-// that does not answer, or nil: the readiness of the process. A change is
-// logged like any other.
+// that does not answer, or nil: the readiness of the process, within the
+// watch's timeout (it does not wait for a round already under way). A
+// change is logged like any other.
 func (w *Watch) Check(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	errs := w.pingAll(ctx)
+	errs := w.round(ctx)
 	for i, d := range w.deps {
 		if errs[i] != nil {
 			return &DownError{Name: d.Name, Err: errs[i]}
@@ -184,8 +190,9 @@ func (w *Watch) Explained(ctx context.Context, err error) bool {
 	return w.Down()
 }
 
-// Run pings the dependencies that are down every interval until they
-// answer, so that their return is logged, until ctx ends; it returns nil.
+// Run pings the dependencies every interval, each ping bounded by the
+// watch's timeout, until ctx ends; it returns nil. A round that a failure
+// or a check made less than an interval ago stands for the next one.
 func (w *Watch) Run(ctx context.Context) error {
 	tick := time.NewTicker(w.interval)
 	defer tick.Stop()
@@ -193,41 +200,50 @@ func (w *Watch) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-w.wake:
+		case <-tick.C:
 		}
-		for w.Down() {
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-tick.C:
-			}
-			w.mu.Lock()
+		w.mu.Lock()
+		if time.Since(w.pingedAt) >= w.interval/2 {
 			w.pingAll(ctx)
-			w.mu.Unlock()
 		}
+		w.mu.Unlock()
 	}
 }
 
-// pingAll pings every dependency at once, records what changed, and
-// returns each one's error. w.mu is held. The pings outlive a caller that
-// gives up (a client that left must not make a dependency look down).
+// pingAll is round for Run and Explained. w.mu is held.
 func (w *Watch) pingAll(ctx context.Context) []error {
+	w.pingedAt = time.Now()
+	return w.round(ctx)
+}
+
+// round pings every dependency at once, each within the watch's timeout,
+// records what changed — unless a round that began later has recorded
+// already: what it found is newer — and returns each one's error. The
+// pings outlive a caller that gives up (a client that left must not make
+// a dependency look down).
+func (w *Watch) round(ctx context.Context) []error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.timeout)
 	defer cancel()
-	w.pingedAt = time.Now()
+	began := time.Now()
 	errs := make([]error, len(w.deps))
 	var wg sync.WaitGroup
 	for i, d := range w.deps {
 		wg.Go(func() { errs[i] = d.Ping(ctx) })
 	}
 	wg.Wait()
+	w.recordMu.Lock()
+	defer w.recordMu.Unlock()
+	if began.Before(w.recordedAt) {
+		return errs
+	}
+	w.recordedAt = began
 	for i, d := range w.deps {
 		w.record(d, errs[i])
 	}
 	return errs
 }
 
-// record notes one ping's outcome and logs a change. w.mu is held.
+// record notes one ping's outcome and logs a change. w.recordMu is held.
 func (w *Watch) record(d *dependency, err error) {
 	switch {
 	case err != nil && !d.down.Load():
@@ -235,10 +251,6 @@ func (w *Watch) record(d *dependency, err error) {
 		d.since = time.Now()
 		w.log.Warn(d.Name+" is unreachable: what needs it fails, and is retried, until it answers",
 			zap.String("dependency", d.Name), zap.String("key", d.Key), zap.Error(err))
-		select {
-		case w.wake <- struct{}{}:
-		default:
-		}
 	case err == nil && d.down.Load():
 		d.down.Store(false)
 		w.backAt.Store(time.Now().UnixNano())
