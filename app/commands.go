@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
-	"reflect"
 	"syscall"
 	"time"
 
@@ -156,20 +155,20 @@ type keyFlag struct {
 // configFlag registers --name on cmd as key's value on the command line;
 // --help shows key's default.
 func configFlag(cmd *cobra.Command, name, key, usage string) *keyFlag {
-	field, known := configFields[key]
+	k, known := declared[key]
 	if !known {
 		panic("configFlag: no configuration key " + key) // a mistake in this file
 	}
-	typ := field.typ.Kind().String()
+	typ := k.field.Kind().String()
 	switch {
-	case field.typ == durationType:
+	case k.field.Type() == durationType:
 		typ = "duration"
-	case field.typ.Kind() >= reflect.Int && field.typ.Kind() <= reflect.Int64:
+	case k.field.CanInt():
 		typ = "int"
 	}
 	f := &keyFlag{key: key, name: "--" + name, typ: typ}
 	cmd.Flags().Var(f, name, usage)
-	cmd.Flags().Lookup(name).DefValue = fmt.Sprint(defaults[key])
+	cmd.Flags().Lookup(name).DefValue = formatValue(k.def)
 	return f
 }
 
@@ -200,8 +199,8 @@ func keyFlagError(_ *cobra.Command, err error) error {
 	var missing *pflag.ValueRequiredError
 	if errors.As(err, &missing) && missing.GetFlag() != nil {
 		if f, ok := missing.GetFlag().Value.(*keyFlag); ok {
-			return &ConfigError{Problems: []string{fmt.Sprintf("%s: %s: has no value (give one, like %s=%v)",
-				ConfigSource{Kind: SourceFlag, Name: f.name}, f.key, f.name, defaults[f.key])}}
+			return &ConfigError{Problems: []string{fmt.Sprintf("%s: %s: has no value (give one, like %s=%s)",
+				ConfigSource{Kind: SourceFlag, Name: f.name}, f.key, f.name, formatValue(declared[f.key].def))}}
 		}
 	}
 	return err

@@ -2,8 +2,6 @@ package app
 
 import (
 	"fmt"
-	"math"
-	"sort"
 	"strings"
 	"time"
 
@@ -16,212 +14,98 @@ import (
 	"github.com/newsfeed/newsfeed/queue"
 )
 
-// Config is the whole configuration of a newsfeed process. Every key can be set
-// in the YAML file, overridden by NEWSFEED_<KEY> (upper-cased, "." → "_"), and
-// some by command-line flags: flags beat env beat file beat defaults.
+// Config is the whole configuration of a newsfeed process. Every key can be
+// set in the YAML file, overridden by NEWSFEED_<KEY> (upper-cased, "." →
+// "_"), and some by command-line flags: flags beat env beat file beat
+// defaults. A field's koanf tags make its key; its default, the values it
+// takes and what it does are declared once, in keys.
 type Config struct {
 	Database struct {
-		// URL of the primary PostgreSQL. Defaults to postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable.
-		URL string `koanf:"url"`
-		// ReadURL, when set, points the listings that users page through
-		// (a user's followers, whom they follow, their posts) at a replica
-		// (or a pooler in front of replicas). Writes, feed rebuilds and
-		// every read of fan-out stay on the primary: a lagging replica
-		// would lose posts from feeds. Defaults to empty: the primary.
-		ReadURL string `koanf:"read_url"`
-		// MaxConns per pool. Defaults to 16.
-		MaxConns int32 `koanf:"max_conns"`
-		// ConnectWait is how long a process retries an unreachable database
-		// (and Redis) at start-up before it gives up. Defaults to 10s.
+		URL         string        `koanf:"url"`
+		ReadURL     string        `koanf:"read_url"`
+		MaxConns    int32         `koanf:"max_conns"`
 		ConnectWait time.Duration `koanf:"connect_wait"`
 	} `koanf:"database"`
 	Redis struct {
-		// URL of Redis; the path selects the database. A redis:// URL with
-		// several addr= parameters, or cluster: true, connects to a Redis Cluster.
-		// Defaults to redis://127.0.0.1:6379/0.
-		URL string `koanf:"url"`
-		// Cluster connects to a Redis Cluster at URL's host. Defaults to false.
-		Cluster bool `koanf:"cluster"`
-		// Prefix is put before every key, so several installs (or tests) can
-		// share one Redis. Defaults to "nf:".
-		Prefix string `koanf:"prefix"`
-		// WaitReplicas is how many replicas of every Redis primary must have
-		// a fan-out's feed writes, or a ticket, before it counts as done
-		// (WAIT): 1 on a Redis Cluster with a replica per primary, so that a
-		// failover loses no delivered post. Defaults to 0: no wait.
-		WaitReplicas int `koanf:"wait_replicas"`
-		// WaitTimeout bounds that wait; fewer replicas in time postpone the
-		// work, which is done again shortly (not counted as a failure).
-		// 1ms to maxWaitTimeout. Defaults to 1s.
-		WaitTimeout time.Duration `koanf:"wait_timeout"`
-		// Configure lets the product raise, with CONFIG SET at start, the
-		// Redis settings below what stores a reader's data compactly
-		// (feed.ServerSettings); without it they are only checked and a
-		// warning is logged. Defaults to false.
-		Configure bool `koanf:"configure"`
+		URL          string        `koanf:"url"`
+		Cluster      bool          `koanf:"cluster"`
+		Prefix       string        `koanf:"prefix"`
+		WaitReplicas int           `koanf:"wait_replicas"`
+		WaitTimeout  time.Duration `koanf:"wait_timeout"`
+		Configure    bool          `koanf:"configure"`
 	} `koanf:"redis"`
 	HTTP struct {
-		// Addr is the listen address of serve and all. Defaults to :8080.
-		Addr string `koanf:"addr"`
-		// ReadHeaderTimeout: a client that has not sent its request headers
-		// within this is disconnected. Defaults to 5s.
+		Addr              string        `koanf:"addr"`
 		ReadHeaderTimeout time.Duration `koanf:"read_header_timeout"`
-		// ReadTimeout bounds reading a whole request, body included.
-		// Defaults to 30s.
-		ReadTimeout time.Duration `koanf:"read_timeout"`
-		// IdleTimeout closes a keep-alive connection that sends no request
-		// for this long. Defaults to 2m.
-		IdleTimeout time.Duration `koanf:"idle_timeout"`
-		// MaxHeaderBytes bounds the request line and headers; more is
-		// refused with 431. Defaults to 65536.
-		MaxHeaderBytes int `koanf:"max_header_bytes"`
-		// RequestTimeout: every API request is answered within it,
-		// whatever a dependency does (a live stream once its headers are
-		// sent excepted); at least minRequestTimeout. Defaults to 5s.
-		RequestTimeout time.Duration `koanf:"request_timeout"`
+		ReadTimeout       time.Duration `koanf:"read_timeout"`
+		IdleTimeout       time.Duration `koanf:"idle_timeout"`
+		RequestTimeout    time.Duration `koanf:"request_timeout"`
+		MaxHeaderBytes    int           `koanf:"max_header_bytes"`
 	} `koanf:"http"`
+	RateLimit struct {
+		PostsPerMinute   int `koanf:"posts_per_minute"`
+		FollowsPerMinute int `koanf:"follows_per_minute"`
+	} `koanf:"ratelimit"`
+	Stream struct {
+		Heartbeat      time.Duration `koanf:"heartbeat"`
+		MaxDuration    time.Duration `koanf:"max_duration"`
+		MaxPerUser     int           `koanf:"max_per_user"`
+		MaxConnections int           `koanf:"max_connections"`
+	} `koanf:"stream"`
 	Metrics struct {
-		// Addr serves /metrics, /healthz and /readyz for every role; empty
-		// turns it off. Defaults to :9090.
-		Addr string `koanf:"addr"`
-		// Pprof adds /debug/pprof/ to the metrics listener. Defaults to false.
-		Pprof bool `koanf:"pprof"`
+		Addr  string `koanf:"addr"`
+		Pprof bool   `koanf:"pprof"`
 	} `koanf:"metrics"`
 	Auth struct {
-		// Secret is the HMAC key of the HS256 bearer tokens. No default.
 		Secret string `koanf:"secret"`
 	} `koanf:"auth"`
 	Admin struct {
-		// Token is the bearer token of the operator console at /admin on
-		// metrics.addr, at least 16 characters; empty turns the console off
-		// (--dev opens it without one). No default.
 		Token string `koanf:"token"`
 	} `koanf:"admin"`
-	RateLimit struct {
-		// PostsPerMinute is how many posts one user may create a minute,
-		// counted in Redis and so shared by every serve process; 0 turns the
-		// limit off. Defaults to 60.
-		PostsPerMinute int `koanf:"posts_per_minute"`
-		// FollowsPerMinute is how many follows and unfollows, together, one
-		// user may make a minute; 0 turns the limit off. Defaults to 300.
-		FollowsPerMinute int `koanf:"follows_per_minute"`
-	} `koanf:"ratelimit"`
 	Posts struct {
-		// MaxChars is the longest post body in characters. Defaults to 1000.
 		MaxChars int `koanf:"max_chars"`
 	} `koanf:"posts"`
 	Feed struct {
-		// MaxLen is how many entries a feed keeps in Redis. Defaults to 800.
-		MaxLen int `koanf:"max_len"`
-		// Backfill is how many recent posts of a newly followed author are
-		// merged into the follower's feed. Defaults to 50.
-		Backfill int `koanf:"backfill"`
-		// RebuildWait bounds how long a read waits for another reader's
-		// rebuild of the same feed. Defaults to 5s.
-		RebuildWait time.Duration `koanf:"rebuild_wait"`
-		// ActiveDays: a feed not read for this many days leaves Redis, fan-out
-		// skips its owner, and the next read rebuilds it. Defaults to 30.
-		ActiveDays int `koanf:"active_days"`
-		// FallbackConcurrency bounds the feed reads one serve process sends
-		// to PostgreSQL at once while Redis does not answer; beyond it a read
-		// answers 503. Defaults to 16.
-		FallbackConcurrency int `koanf:"fallback_concurrency"`
+		MaxLen              int           `koanf:"max_len"`
+		Backfill            int           `koanf:"backfill"`
+		RebuildWait         time.Duration `koanf:"rebuild_wait"`
+		FallbackConcurrency int           `koanf:"fallback_concurrency"`
+		ActiveDays          int           `koanf:"active_days"`
 	} `koanf:"feed"`
 	Fanout struct {
-		// ChunkSize is followers per unit of fan-out work. Defaults to 5000.
-		ChunkSize int `koanf:"chunk_size"`
-		// PageSize is followers read and written per round trip. Defaults to 1000.
-		PageSize int `koanf:"page_size"`
-		// CelebrityThreshold: authors with more followers are merged at read
-		// time instead of fanned out. Defaults to 10000.
+		Concurrency        int   `koanf:"concurrency"`
+		PageSize           int   `koanf:"page_size"`
+		ChunkSize          int   `koanf:"chunk_size"`
 		CelebrityThreshold int64 `koanf:"celebrity_threshold"`
-		// Concurrency is tickets in flight per work process. Defaults to 64.
-		Concurrency int `koanf:"concurrency"`
 	} `koanf:"fanout"`
 	Outbox struct {
-		// BatchSize is rows claimed per dispatcher round trip. Defaults to 500.
-		BatchSize int `koanf:"batch_size"`
-		// PollInterval is the longest a dispatcher sleeps between claims when
-		// no notification wakes it. Defaults to 500ms.
-		PollInterval time.Duration `koanf:"poll_interval"`
-		// Notify turns on LISTEN/NOTIFY wake-ups; turn it off behind PgBouncer
-		// in transaction mode. Defaults to true.
-		Notify bool `koanf:"notify"`
-		// Lease is how long a claimed row stays with its dispatcher before any
-		// other may take it. Defaults to 30s.
-		Lease time.Duration `koanf:"lease"`
-		// RedeliverAfter: a published row whose fan-out no worker reported
-		// finished (and no worker is extending) is published again after
-		// this long. Defaults to 2m.
+		BatchSize      int           `koanf:"batch_size"`
+		PollInterval   time.Duration `koanf:"poll_interval"`
+		Notify         bool          `koanf:"notify"`
+		Lease          time.Duration `koanf:"lease"`
 		RedeliverAfter time.Duration `koanf:"redeliver_after"`
-		// MaxAttempts before a row is parked as dead. Defaults to 10.
-		MaxAttempts int `koanf:"max_attempts"`
-		// BackoffBase spaces retries: base·attempt⁴ with jitter. Defaults to 1s.
-		BackoffBase time.Duration `koanf:"backoff_base"`
-		// BackoffMax caps the wait between retries. Defaults to 1h.
-		BackoffMax time.Duration `koanf:"backoff_max"`
-		// Retention is how long finished rows are kept. Defaults to 24h.
-		Retention time.Duration `koanf:"retention"`
+		MaxAttempts    int           `koanf:"max_attempts"`
+		BackoffBase    time.Duration `koanf:"backoff_base"`
+		BackoffMax     time.Duration `koanf:"backoff_max"`
+		Retention      time.Duration `koanf:"retention"`
 	} `koanf:"outbox"`
 	Queue struct {
-		// Stream is the Redis stream name (after the prefix). Defaults to "tickets".
-		Stream string `koanf:"stream"`
-		// Group is the consumer group of the workers. Defaults to "fanout".
-		Group string `koanf:"group"`
-		// Partitions is how many streams the tickets are spread over, 1 to
-		// 1024: on a Redis Cluster each is in a slot of its own, so that
-		// the queue spreads over the shards (16 or more for a cluster of 3);
-		// every worker reads them all. It may change on a running system:
-		// workers read what the old count left until it is empty. Defaults to 1.
-		Partitions int `koanf:"partitions"`
-		// ClaimIdle: tickets idle this long in a dead consumer's pending list
-		// are taken over. Defaults to 30s.
-		ClaimIdle time.Duration `koanf:"claim_idle"`
-		// MaxDeliveries: a ticket delivered more often than this (its workers
-		// keep dying on it) is dead-lettered. Defaults to 5.
-		MaxDeliveries int64 `koanf:"max_deliveries"`
+		Stream        string        `koanf:"stream"`
+		Group         string        `koanf:"group"`
+		Partitions    int           `koanf:"partitions"`
+		ClaimIdle     time.Duration `koanf:"claim_idle"`
+		MaxDeliveries int64         `koanf:"max_deliveries"`
 	} `koanf:"queue"`
 	Log struct {
-		// Level is debug, info, warn or error. Defaults to info.
-		Level string `koanf:"level"`
-		// Format is json or console. Defaults to json (console with --dev).
-		Format string `koanf:"format"`
-		// AccessLevel is the level of the access log, one line per API
-		// request: debug, info, warn or error; below Level there is none
-		// (debug turns it off at the default level). Defaults to info.
+		Level       string `koanf:"level"`
+		Format      string `koanf:"format"`
 		AccessLevel string `koanf:"access_level"`
 	} `koanf:"log"`
 	Tracing struct {
-		// Endpoint is the OTLP/HTTP endpoint of a trace collector
-		// (http://collector:4318; traces go to its /v1/traces unless the
-		// URL has a path); empty turns tracing off. Defaults to empty.
-		Endpoint string `koanf:"endpoint"`
-		// SampleRatio is the share of new traces recorded, 0 to 1; a trace
-		// started elsewhere (a caller's traceparent, a post's stored
-		// context) keeps its own decision. Defaults to 1.
+		Endpoint    string  `koanf:"endpoint"`
 		SampleRatio float64 `koanf:"sample_ratio"`
 	} `koanf:"tracing"`
-	Stream struct {
-		// Heartbeat is how often an idle live stream sends a comment line,
-		// so that proxies keep it open. Defaults to 15s.
-		Heartbeat time.Duration `koanf:"heartbeat"`
-		// MaxDuration is how long a live stream stays open before the
-		// server ends it; clients reconnect (through the load balancer) and
-		// resume. Defaults to 1h.
-		MaxDuration time.Duration `koanf:"max_duration"`
-		// MaxPerUser is live streams one user may have open, in every
-		// serve process together; more answer 429. Defaults to 5.
-		MaxPerUser int `koanf:"max_per_user"`
-		// MaxConnections is live streams one process holds; more answer
-		// 503. Defaults to 10000.
-		MaxConnections int `koanf:"max_connections"`
-	} `koanf:"stream"`
-	// ShutdownDrain is how long a process that serves the API keeps
-	// answering after SIGTERM, with /readyz answering 503, so that load
-	// balancers move traffic away before it stops accepting; 0 stops at
-	// once. Defaults to 5s.
-	ShutdownDrain time.Duration `koanf:"shutdown_drain"`
-	// ShutdownTimeout bounds a graceful stop, after the drain. Defaults to 15s.
+	ShutdownDrain   time.Duration `koanf:"shutdown_drain"`
 	ShutdownTimeout time.Duration `koanf:"shutdown_timeout"`
 }
 
@@ -239,162 +123,173 @@ const minRequestTimeout = 2 * time.Second
 // dead events, so its token must not be guessable.
 const minAdminToken = 16
 
-// defaults holds every key with its default value; it is also the list of
-// known keys, used to map environment variables and reject unknown file keys.
-// Where a component owns a default (outbox.DefaultBatchSize, …) the value is
-// taken from it, so the code cannot disagree with the configuration; tests
-// hold config.yaml and docs/CONFIG.md's table to these values.
-var defaults = map[string]any{
-	"database.url":                 "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable",
-	"database.read_url":            "",
-	"database.max_conns":           16,
-	"database.connect_wait":        "10s",
-	"redis.url":                    "redis://127.0.0.1:6379/0",
-	"redis.cluster":                false,
-	"redis.prefix":                 "nf:",
-	"redis.wait_replicas":          0,
-	"redis.wait_timeout":           queue.DefaultWaitTimeout.String(),
-	"redis.configure":              false,
-	"http.addr":                    ":8080",
-	"http.read_header_timeout":     "5s",
-	"http.read_timeout":            "30s",
-	"http.idle_timeout":            "2m",
-	"http.max_header_bytes":        65536,
-	"http.request_timeout":         api.DefaultRequestTimeout.String(),
-	"ratelimit.posts_per_minute":   60,
-	"ratelimit.follows_per_minute": 300,
-	"metrics.addr":                 ":9090",
-	"metrics.pprof":                false,
-	"auth.secret":                  "",
-	"admin.token":                  "",
-	"posts.max_chars":              api.DefaultMaxChars,
-	"feed.max_len":                 feed.DefaultMaxLen,
-	"feed.backfill":                feed.RecommendedBackfill,
-	"feed.rebuild_wait":            feed.DefaultRebuildWait.String(),
-	"feed.fallback_concurrency":    api.DefaultFallbackConcurrency,
-	"feed.active_days":             int(feed.DefaultActiveTTL / (24 * time.Hour)),
-	"fanout.chunk_size":            fanout.DefaultChunkSize,
-	"fanout.page_size":             fanout.DefaultPageSize,
-	"fanout.celebrity_threshold":   feed.RecommendedCelebrityThreshold,
-	"fanout.concurrency":           fanout.DefaultConcurrency,
-	"outbox.batch_size":            outbox.DefaultBatchSize,
-	"outbox.poll_interval":         outbox.DefaultPollInterval.String(),
-	"outbox.notify":                true,
-	"outbox.lease":                 outbox.DefaultLease.String(),
-	"outbox.redeliver_after":       outbox.DefaultRedeliverAfter.String(),
-	"outbox.max_attempts":          outbox.DefaultMaxAttempts,
-	"outbox.backoff_base":          backoff.DefaultSchedule.Base.String(),
-	"outbox.backoff_max":           backoff.DefaultSchedule.Max.String(),
-	"outbox.retention":             outbox.DefaultRetention.String(),
-	"queue.stream":                 queue.DefaultStream,
-	"queue.group":                  queue.DefaultGroup,
-	"queue.partitions":             queue.DefaultPartitions,
-	"queue.claim_idle":             fanout.DefaultClaimIdle.String(),
-	"queue.max_deliveries":         fanout.DefaultMaxDeliveries,
-	"log.level":                    "info",
-	"log.format":                   "json",
-	"log.access_level":             "info",
-	"stream.heartbeat":             api.DefaultStreamHeartbeat.String(),
-	"stream.max_duration":          api.DefaultStreamMaxDuration.String(),
-	"stream.max_per_user":          live.DefaultMaxPerUser,
-	"stream.max_connections":       live.DefaultMaxConnections,
-	"tracing.endpoint":             "",
-	"tracing.sample_ratio":         1.0,
-	"shutdown_drain":               "5s",
-	"shutdown_timeout":             "15s",
+// logLevels are the values of log.level and log.access_level.
+var logLevels = []string{"debug", "info", "warn", "error"}
+
+//go:generate go test -run ^TestConfigDoc$ -update .
+
+// keys declares every key of c, once, in the order docs/CONFIG.md lists
+// them: the field that holds it (its key is the field's koanf tags), its
+// default, the values it takes and what it does, in the words of
+// docs/CONFIG.md, whose table is generated from this (TestConfigDoc). Where
+// a component owns a default (outbox.DefaultBatchSize, …) it is taken from
+// there, so the code cannot disagree with the configuration.
+func (c *Config) keys() []*keyDecl {
+	return []*keyDecl{
+		declare(&c.Database.URL, "postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable", postgresURL(false),
+			"PostgreSQL, the primary: every write, feed rebuilds, the outbox"),
+		declare(&c.Database.ReadURL, "", postgresURL(true),
+			"a PostgreSQL replica for reads that may be slightly stale: the listings users page through (followers, "+
+				"following, a user's posts); feed rebuilds, fan-out and `GET /v1/posts/{id}` read the primary; empty = "+
+				"the primary. A caller reads their own writes even so (see [Replicas](API.md#replicas-and-read-your-writes))"),
+		declare(&c.Database.MaxConns, 16, positive[int32](), "connections per PostgreSQL pool"),
+		declare(&c.Database.ConnectWait, 10*time.Second, positive[time.Duration](),
+			"how long start-up retries an unreachable PostgreSQL (and, for `dispatch` and `work`, Redis) before it gives up"),
+
+		declare(&c.Redis.URL, "redis://127.0.0.1:6379/0", redisURL(&c.Redis.Cluster),
+			"Redis; the db number selects a database"),
+		declare(&c.Redis.Cluster, false, anyValue[bool](),
+			"`redis.url` names a Redis Cluster: `redis://host1:port?addr=host2:port&addr=host3:port`"),
+		declare(&c.Redis.Prefix, "nf:", anyValue[string](), "put before every Redis key the product writes"),
+		declare(&c.Redis.WaitReplicas, 0, notNegative[int](),
+			"how many replicas of every Redis primary must have acknowledged (`WAIT`) a worker's feed writes before its "+
+				"event is finished, and a ticket before its outbox row is marked published: 1 on a Redis Cluster with a "+
+				"replica per primary, so that a failover cannot lose a delivered post (see "+
+				"[DESIGN.md](DESIGN.md#on-a-redis-cluster)). A primary with fewer replicas holds the fan-out to its shard "+
+				"back until it has them again. 0 waits for none"),
+		declare(&c.Redis.WaitTimeout, queue.DefaultWaitTimeout, between(time.Millisecond, maxWaitTimeout),
+			"how long those writes wait for the replicas; fewer in time postpone the event "+
+				"(`newsfeed_fanout_tickets_total{outcome=\"postponed\"}`): it is published again after its backoff, at "+
+				"most 30 s, without counting a failure against `outbox.max_attempts`"),
+		declare(&c.Redis.Configure, false, anyValue[bool](),
+			"at start, once Redis answers, every role reads on every Redis node the settings a reader's data needs to "+
+				"be stored compactly (today `hash-max-listpack-entries` ≥ 1024: a reader's following hash above it is a "+
+				"hash table, ~60 bytes a followee instead of ~7) and logs one warning per setting some node has below "+
+				"it, with `newsfeed_redis_setting_expensive{setting}` 1; `true` raises them with `CONFIG SET` where the "+
+				"server allows it (put them in `redis.conf` too: a restart forgets them). Feeds themselves take the "+
+				"same bytes on any server"),
+
+		declare(&c.HTTP.Addr, ":8080", listenAddr(false), "listen address of the API (`serve`, `all`)"),
+		declare(&c.HTTP.ReadHeaderTimeout, 5*time.Second, positive[time.Duration](),
+			"a client that has not sent its request line and headers within this is disconnected"),
+		declare(&c.HTTP.ReadTimeout, 30*time.Second, positive[time.Duration](),
+			"bound of reading a whole request, body included"),
+		declare(&c.HTTP.IdleTimeout, 2*time.Minute, positive[time.Duration](),
+			"a keep-alive connection with no request for this long is closed"),
+		declare(&c.HTTP.RequestTimeout, api.DefaultRequestTimeout, atLeast(minRequestTimeout),
+			"every API request is answered within this, whatever a dependency does (`/v1/feed/stream` excepted once "+
+				"its headers are sent): `503 unavailable` with `Retry-After` for a request that needs a dependency "+
+				"that did not answer"),
+		declare(&c.HTTP.MaxHeaderBytes, 65536, atLeast(4096),
+			"bound of the request line and headers; more is refused with `431`"),
+
+		declare(&c.RateLimit.PostsPerMinute, 60, notNegative[int](),
+			"posts one user may create a minute, shared by every `serve` process; 0 = no limit"),
+		declare(&c.RateLimit.FollowsPerMinute, 300, notNegative[int](),
+			"follows and unfollows, counted together, one user may make a minute; 0 = no limit"),
+
+		declare(&c.Stream.Heartbeat, api.DefaultStreamHeartbeat, positive[time.Duration](),
+			"an idle live stream (`GET /v1/feed/stream`) sends a comment line this often"),
+		declare(&c.Stream.MaxDuration, api.DefaultStreamMaxDuration, positive[time.Duration](),
+			"the server ends a live stream after this; the client reconnects and resumes"),
+		declare(&c.Stream.MaxPerUser, live.DefaultMaxPerUser, positive[int](),
+			"live streams one user may hold open, every `serve` process together; more answer `429 rate_limited`"),
+		declare(&c.Stream.MaxConnections, live.DefaultMaxConnections, positive[int](),
+			"live streams one process holds; more answer `503 unavailable`"),
+
+		declare(&c.Metrics.Addr, ":9090", listenAddr(true),
+			"every role process serves `/metrics`, `/healthz` and `/readyz` here (`serve` and `all` serve them on "+
+				"`http.addr` too), and the [operator console](OPERATIONS.md#operator-console); empty turns it off"),
+		declare(&c.Metrics.Pprof, false, anyValue[bool](), "also serve Go's `/debug/pprof/` on `metrics.addr`"),
+		declare(&c.Auth.Secret, "", anyValue[string](),
+			"HMAC secret of the HS256 bearer tokens. `serve` and `all` refuse to start without one, except with `--dev`"),
+		declare(&c.Admin.Token, "", adminToken(),
+			"the bearer token of the [operator console](OPERATIONS.md#operator-console) at `/admin` on "+
+				"`metrics.addr` (`openssl rand -hex 32`); masked wherever the configuration is shown. Unset, the "+
+				"console answers `403 forbidden` on every path, except with `--dev`, where it is open without a token"),
+		declare(&c.Posts.MaxChars, api.DefaultMaxChars, positive[int](),
+			"longest post body, in characters (Unicode code points)"),
+
+		declare(&c.Feed.MaxLen, feed.DefaultMaxLen, positive[int](),
+			"entries kept per feed in Redis; fan-out trims in batches, so a feed may hold up to `max_len/16` more "+
+				"between trims. Older pages come from PostgreSQL"),
+		declare(&c.Feed.Backfill, feed.RecommendedBackfill, notNegative[int](),
+			"recent posts of a newly followed author merged into the follower's feed"),
+		declare(&c.Feed.RebuildWait, feed.DefaultRebuildWait, positive[time.Duration](),
+			"how long a read waits for another reader's rebuild of the same feed before it answers from PostgreSQL"),
+		declare(&c.Feed.FallbackConcurrency, api.DefaultFallbackConcurrency, positive[int](),
+			"feed reads one `serve` process sends to PostgreSQL at once while Redis does not answer; beyond it "+
+				"`503 unavailable`"),
+		declare(&c.Feed.ActiveDays, int(feed.DefaultActiveTTL/(24*time.Hour)), positive[int](),
+			"a feed unread for this many days leaves Redis and fan-out skips its owner; the next read rebuilds it"),
+
+		declare(&c.Fanout.Concurrency, fanout.DefaultConcurrency, positive[int](),
+			"tickets in flight per `work` process (`--concurrency`)"),
+		declare(&c.Fanout.PageSize, fanout.DefaultPageSize, positive[int](),
+			"followers per PostgreSQL page and per Redis pipeline"),
+		declare(&c.Fanout.ChunkSize, fanout.DefaultChunkSize, positive[int](),
+			"a fan-out to more followers is split into chunks of this many, each a unit of work any worker can take"),
+		declare(&c.Fanout.CelebrityThreshold, feed.RecommendedCelebrityThreshold, notNegative[int64](),
+			"authors with more followers than this are not fanned out on write; their posts are merged into feeds at "+
+				"read time. 0: nobody is pulled; do not set 0 once authors have been pulled (their posts of that time "+
+				"are only in their own timelines, which reads would stop merging)"),
+
+		declare(&c.Outbox.BatchSize, outbox.DefaultBatchSize, positive[int](),
+			"outbox rows claimed per dispatcher round trip"),
+		declare(&c.Outbox.PollInterval, outbox.DefaultPollInterval, positive[time.Duration](),
+			"longest sleep between claims when no NOTIFY wakes the dispatcher"),
+		declare(&c.Outbox.Notify, true, anyValue[bool](),
+			"LISTEN/NOTIFY wake-ups of dispatchers; `false` behind PgBouncer in transaction mode (polling only)"),
+		declare(&c.Outbox.Lease, outbox.DefaultLease, positive[time.Duration](),
+			"how long a claim is exclusive; a dead dispatcher's rows are claimable again after it"),
+		declare(&c.Outbox.RedeliverAfter, outbox.DefaultRedeliverAfter, positive[time.Duration](),
+			"an event published but not finished by a worker within this is published again (a worker's heartbeat "+
+				"extends it while it works)"),
+		declare(&c.Outbox.MaxAttempts, outbox.DefaultMaxAttempts, positive[int](),
+			"failed attempts before an event is parked as dead"),
+		declare(&c.Outbox.BackoffBase, backoff.DefaultSchedule.Base, positive[time.Duration](),
+			"retry `n` of a failed event waits `backoff_base · n⁴` (±25 % jitter) …"),
+		declare(&c.Outbox.BackoffMax, backoff.DefaultSchedule.Max, positive[time.Duration](), "… at most this"),
+		declare(&c.Outbox.Retention, outbox.DefaultRetention, positive[time.Duration](),
+			"finished outbox rows are deleted after this"),
+
+		declare(&c.Queue.Stream, queue.DefaultStream, notEmpty(),
+			"the Redis stream of tickets (behind `redis.prefix`)"),
+		declare(&c.Queue.Group, queue.DefaultGroup, notEmpty(), "the stream's consumer group that workers share"),
+		declare(&c.Queue.Partitions, queue.DefaultPartitions, between(1, queue.MaxPartitions),
+			"how many streams the tickets are spread over: partition 0 is `queue.stream`, partition p the stream "+
+				"`queue.stream:{p}`, each in a Redis Cluster slot of its own, so that the queue spreads over the "+
+				"shards (16 or more on a cluster of 3). Every worker reads every partition. It may change on a "+
+				"running system: workers go on reading the partitions the old count wrote to until they are empty. "+
+				"Above 1, `redis.prefix` and `queue.stream` must not hold a `{`"),
+		declare(&c.Queue.ClaimIdle, fanout.DefaultClaimIdle, positive[time.Duration](),
+			"tickets a silent worker held this long are taken over by another"),
+		declare(&c.Queue.MaxDeliveries, fanout.DefaultMaxDeliveries, positive[int64](),
+			"a ticket delivered more often than this (its workers keep dying) is parked as dead"),
+
+		declare(&c.Log.Level, "info", oneOf(logLevels...), "the least level logged"),
+		declare(&c.Log.Format, "json", oneOf("json", "console"),
+			"`console` with `--dev`; logs go to stderr, timestamps in ISO 8601, UTC (`2026-12-01T08:00:00.123Z`)"),
+		declare(&c.Log.AccessLevel, "info", oneOf(logLevels...),
+			"level of the access log's line per API request; below `log.level` it is not written"),
+		declare(&c.Tracing.Endpoint, "", collectorURL(),
+			"OpenTelemetry traces over OTLP/HTTP to this collector (`http://otel-collector:4318`; to `/v1/traces` "+
+				"unless the URL has a path); empty: no tracing (see [Logs and traces](OPERATIONS.md#logs-and-traces))"),
+		declare(&c.Tracing.SampleRatio, 1.0, between(0.0, 1.0),
+			"share of new traces recorded (parent-based: a trace begun by a caller's `traceparent`, or a post's "+
+				"stored context, keeps its decision)"),
+		declare(&c.ShutdownDrain, 5*time.Second, notNegativeBecause[time.Duration]("0 stops at once"),
+			"after SIGTERM a process that serves the API answers on for this long, `/readyz` answering 503, before "+
+				"it stops accepting; 0: no drain"),
+		declare(&c.ShutdownTimeout, 15*time.Second, positive[time.Duration](),
+			"bound of the graceful stop that follows the drain"),
+	}
 }
 
-// envKeys maps NEWSFEED_FEED_MAX_LEN to feed.max_len for every known key.
-var envKeys = func() map[string]string {
-	m := make(map[string]string, len(defaults))
-	for key := range defaults {
-		m["NEWSFEED_"+strings.ToUpper(strings.ReplaceAll(key, ".", "_"))] = key
-	}
-	return m
-}()
-
-// KnownKeys lists every configuration key, sorted.
-func KnownKeys() []string {
-	keys := make([]string, 0, len(defaults))
-	for k := range defaults {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}
-
-// validate returns what is wrong with the values, each problem naming its
-// key (LoadConfig adds where the value came from).
-func (c *Config) validate() []problem {
+// together returns what is wrong with keys that are right alone and wrong
+// with each other (each value was already checked alone).
+func (c *Config) together() []problem {
 	var problems []problem
-	bad := func(key, format string, args ...any) {
-		problems = append(problems, problem{key: key, text: fmt.Sprintf(format, args...)})
-	}
-	positive := func(key string, v int64) {
-		if v <= 0 {
-			bad(key, "must be positive, got %d", v)
-		}
-	}
-	notNegative := func(key string, v int64) {
-		if v < 0 {
-			bad(key, "must not be negative (0 turns it off), got %d", v)
-		}
-	}
-	positiveDur := func(key string, v time.Duration) {
-		if v <= 0 {
-			bad(key, "must be a positive duration, got %s", v)
-		}
-	}
-	notEmpty := func(key, v string) {
-		if v == "" {
-			bad(key, "must not be empty")
-		}
-	}
-	notEmpty("database.url", c.Database.URL)
-	notEmpty("redis.url", c.Redis.URL)
-	positive("database.max_conns", int64(c.Database.MaxConns))
-	positiveDur("database.connect_wait", c.Database.ConnectWait)
-	notNegative("redis.wait_replicas", int64(c.Redis.WaitReplicas))
-	if c.Redis.WaitTimeout < time.Millisecond || c.Redis.WaitTimeout > maxWaitTimeout {
-		bad("redis.wait_timeout", "must be from 1ms to %s, got %s", maxWaitTimeout, c.Redis.WaitTimeout)
-	}
-	positiveDur("http.read_header_timeout", c.HTTP.ReadHeaderTimeout)
-	positiveDur("http.read_timeout", c.HTTP.ReadTimeout)
-	positiveDur("http.idle_timeout", c.HTTP.IdleTimeout)
-	if c.HTTP.RequestTimeout < minRequestTimeout {
-		bad("http.request_timeout", "must be at least %s, got %s", minRequestTimeout, c.HTTP.RequestTimeout)
-	}
-	if c.HTTP.MaxHeaderBytes < 4096 {
-		bad("http.max_header_bytes", "must be at least 4096, got %d", c.HTTP.MaxHeaderBytes)
-	}
-	notNegative("ratelimit.posts_per_minute", int64(c.RateLimit.PostsPerMinute))
-	notNegative("ratelimit.follows_per_minute", int64(c.RateLimit.FollowsPerMinute))
-	if n := len(c.Admin.Token); n > 0 && n < minAdminToken {
-		bad("admin.token", "must be at least %d characters (a random string: openssl rand -hex 32), got %d", minAdminToken, n)
-	}
-	positive("posts.max_chars", int64(c.Posts.MaxChars))
-	positive("feed.max_len", int64(c.Feed.MaxLen))
-	notNegative("feed.backfill", int64(c.Feed.Backfill))
-	positiveDur("feed.rebuild_wait", c.Feed.RebuildWait)
-	positive("feed.fallback_concurrency", int64(c.Feed.FallbackConcurrency))
-	positive("feed.active_days", int64(c.Feed.ActiveDays))
-	positive("fanout.concurrency", int64(c.Fanout.Concurrency))
-	positive("fanout.page_size", int64(c.Fanout.PageSize))
-	positive("fanout.chunk_size", int64(c.Fanout.ChunkSize))
-	notNegative("fanout.celebrity_threshold", c.Fanout.CelebrityThreshold)
-	positive("outbox.batch_size", int64(c.Outbox.BatchSize))
-	positiveDur("outbox.poll_interval", c.Outbox.PollInterval)
-	positiveDur("outbox.lease", c.Outbox.Lease)
-	positiveDur("outbox.redeliver_after", c.Outbox.RedeliverAfter)
-	positive("outbox.max_attempts", int64(c.Outbox.MaxAttempts))
-	positiveDur("outbox.backoff_base", c.Outbox.BackoffBase)
-	positiveDur("outbox.backoff_max", c.Outbox.BackoffMax)
-	positiveDur("outbox.retention", c.Outbox.Retention)
-	notEmpty("queue.stream", c.Queue.Stream)
-	notEmpty("queue.group", c.Queue.Group)
-	if c.Queue.Partitions < 1 || c.Queue.Partitions > queue.MaxPartitions {
-		bad("queue.partitions", "must be 1 to %d, got %d", queue.MaxPartitions, c.Queue.Partitions)
-	}
 	if c.Queue.Partitions > 1 {
 		// Each partition's stream carries a hash tag of its own.
 		for _, kv := range [][2]string{{"redis.prefix", c.Redis.Prefix}, {"queue.stream", c.Queue.Stream}} {
@@ -404,35 +299,5 @@ func (c *Config) validate() []problem {
 			}
 		}
 	}
-	positiveDur("queue.claim_idle", c.Queue.ClaimIdle)
-	positive("queue.max_deliveries", c.Queue.MaxDeliveries)
-	for _, l := range [][2]string{{"log.level", c.Log.Level}, {"log.access_level", c.Log.AccessLevel}} {
-		switch l[1] {
-		case "debug", "info", "warn", "error":
-		default:
-			bad(l[0], "must be debug, info, warn or error, got %q", l[1])
-		}
-	}
-	switch c.Log.Format {
-	case "json", "console":
-	default:
-		bad("log.format", "must be json or console, got %q", c.Log.Format)
-	}
-	if c.Tracing.Endpoint != "" {
-		if _, err := traceEndpoint(c.Tracing.Endpoint); err != nil {
-			bad("tracing.endpoint", "%v", err)
-		}
-	}
-	if c.Tracing.SampleRatio < 0 || c.Tracing.SampleRatio > 1 || math.IsNaN(c.Tracing.SampleRatio) {
-		bad("tracing.sample_ratio", "must be from 0 to 1, got %v", c.Tracing.SampleRatio)
-	}
-	positiveDur("stream.heartbeat", c.Stream.Heartbeat)
-	positiveDur("stream.max_duration", c.Stream.MaxDuration)
-	positive("stream.max_per_user", int64(c.Stream.MaxPerUser))
-	positive("stream.max_connections", int64(c.Stream.MaxConnections))
-	if c.ShutdownDrain < 0 {
-		bad("shutdown_drain", "must not be negative (0 stops at once), got %s", c.ShutdownDrain)
-	}
-	positiveDur("shutdown_timeout", c.ShutdownTimeout)
 	return problems
 }

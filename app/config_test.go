@@ -1,9 +1,12 @@
 package app
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -121,81 +124,181 @@ func TestRepositoryConfigIsTheDefaults(t *testing.T) {
 	require.ElementsMatch(t, KnownKeys(), k.Keys(), "config.yaml lists every key")
 }
 
-// configDocTable returns the rows of the configuration table of
-// docs/CONFIG.md: key → default, as the table writes it. The columns are
-// found by their header ("key", "default"); a row may name several keys
-// ("`a`, `b` | `1s`, `1h` | …").
-func configDocTable(t *testing.T) map[string]string {
-	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "docs", "CONFIG.md"))
+// updateDocs rewrites the generated parts of the docs:
+// go test ./app -run TestConfigDoc -update (go generate ./app runs it).
+var updateDocs = flag.Bool("update", false, "rewrite docs/CONFIG.md's table of keys from Config.keys")
+
+// The markers around docs/CONFIG.md's generated table.
+const (
+	configDocBegin = "<!-- BEGIN keys: generated from app/config.go by `go generate ./app`; do not edit -->\n"
+	configDocEnd   = "<!-- END keys -->\n"
+)
+
+// configDocTable writes the table of keys of docs/CONFIG.md from the
+// declaration: every key, in the declaration's order, with its environment
+// variable, its default, the values it takes and what it does.
+func configDocTable() string {
+	var b strings.Builder
+	b.WriteString("| key | env | default | values | meaning |\n| --- | --- | --- | --- | --- |\n")
+	for _, k := range declaredKeys(&Config{}) {
+		def := "empty"
+		if text := formatValue(k.def); text != "" {
+			def = "`" + text + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | %s | %s | %s |\n", k.key, envName(k.key), def, k.values, k.doc)
+	}
+	return b.String()
+}
+
+// TestConfigDoc: docs/CONFIG.md's table of keys is the one Config.keys
+// makes; -update writes it.
+func TestConfigDoc(t *testing.T) {
+	path := filepath.Join("..", "docs", "CONFIG.md")
+	raw, err := os.ReadFile(path)
 	require.NoError(t, err)
-	table := map[string]string{}
-	keyCol, defaultCol := -1, -1
-	for _, line := range strings.Split(string(raw), "\n") {
+	doc := string(raw)
+	begin, end := strings.Index(doc, configDocBegin), strings.Index(doc, configDocEnd)
+	require.True(t, begin >= 0 && end > begin, "docs/CONFIG.md has no %q … %q", configDocBegin, configDocEnd)
+	table := configDocTable()
+	if *updateDocs {
+		require.NoError(t, os.WriteFile(path, []byte(doc[:begin+len(configDocBegin)]+table+doc[end:]), 0o644))
+		return
+	}
+	written := strings.Split(doc[begin+len(configDocBegin):end], "\n")
+	for i, line := range strings.Split(table, "\n") {
+		require.Greater(t, len(written), i, "docs/CONFIG.md's table lacks %s: go generate ./app", line)
+		require.Equal(t, line, written[i], "docs/CONFIG.md's table of keys is not Config.keys': go generate ./app")
+	}
+	require.Len(t, written, len(strings.Split(table, "\n")), "docs/CONFIG.md's table has rows no key has: go generate ./app")
+}
+
+// markdownTable returns the rows of the first table of doc after heading
+// whose header names the columns: each row a map column → cell.
+func markdownTable(t *testing.T, doc, heading string, columns ...string) []map[string]string {
+	t.Helper()
+	at := strings.Index(doc, "\n"+heading+"\n")
+	require.GreaterOrEqual(t, at, 0, "no heading %q", heading)
+	var header []string
+	var rows []map[string]string
+	for _, line := range strings.Split(doc[at:], "\n") {
 		if !strings.HasPrefix(line, "|") {
+			if header != nil && len(rows) > 0 {
+				break // the end of the table
+			}
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), " | ")
-		if keyCol < 0 {
-			for i, c := range cells {
-				switch strings.TrimSpace(c) {
-				case "key":
-					keyCol = i
-				case "default":
-					defaultCol = i
-				}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		switch {
+		case header == nil && slices.Contains(cells, columns[0]):
+			header = cells
+		case header != nil && strings.HasPrefix(cells[0], "`"):
+			require.Len(t, cells, len(header), "%s row: %s", heading, line)
+			row := map[string]string{}
+			for i, c := range header {
+				row[c] = cells[i]
 			}
-			require.True(t, keyCol >= 0 && defaultCol >= 0, "docs/CONFIG.md's table has no key and default columns: %s", line)
-			continue
-		}
-		if !strings.HasPrefix(strings.TrimSpace(cells[keyCol]), "`") {
-			continue // the header's separator row
-		}
-		require.Greater(t, len(cells), max(keyCol, defaultCol), "docs/CONFIG.md row: %s", line)
-		keys := strings.Split(cells[keyCol], ",")
-		values := strings.Split(cells[defaultCol], ",")
-		require.Len(t, values, len(keys), "docs/CONFIG.md row names %d keys and %d defaults: %s", len(keys), len(values), line)
-		for i, key := range keys {
-			key = strings.Trim(strings.TrimSpace(key), "`")
-			_, twice := table[key]
-			require.False(t, twice, "docs/CONFIG.md lists %s twice", key)
-			table[key] = strings.Trim(strings.TrimSpace(values[i]), "`")
+			rows = append(rows, row)
 		}
 	}
-	require.NotEmpty(t, table, "docs/CONFIG.md's configuration table has no rows")
-	return table
+	for _, c := range columns {
+		require.Contains(t, header, c, "the table after %q has no column %q", heading, c)
+	}
+	return rows
 }
 
-// sameDefault reports whether the written default is the value v of the
-// defaults: durations compare as durations ("2m" is "2m0s"), and an empty
-// string is written "empty" or "none" (or "none (empty)").
+// sameDefault reports whether the written default is v: durations compare
+// as durations ("2m" is "2m0s"), and empty text is written "empty", "none"
+// or "none …".
 func sameDefault(written string, v any) bool {
-	want := fmt.Sprint(v)
+	want := formatValue(v)
 	if want == "" {
-		return written == "empty" || written == "none" || written == "none (empty)"
+		return written == "empty" || written == "none" || strings.HasPrefix(written, "none ") || strings.HasPrefix(written, "none:")
 	}
-	if w, err := time.ParseDuration(written); err == nil {
-		d, err := time.ParseDuration(want)
+	written = strings.Trim(written, "`")
+	if d, ok := v.(time.Duration); ok {
+		w, err := time.ParseDuration(written)
 		return err == nil && d == w
 	}
 	return written == want
 }
 
-// TestConfigDocIsTheDefaults: docs/CONFIG.md's configuration table lists
-// every key, once, with its default, and no key that does not exist.
-func TestConfigDocIsTheDefaults(t *testing.T) {
+// contractKeys are the keys of the external contract (../shared/API.md when
+// it was written), each with its default as the contract writes it: the
+// declaration must keep each, under its name and environment variable.
+var contractKeys = map[string]string{
+	"database.url":                 "`postgres://postgres@127.0.0.1:5432/newsfeed?sslmode=disable`",
+	"redis.url":                    "`redis://127.0.0.1:6379/0`",
+	"http.addr":                    "`:8080`",
+	"metrics.addr":                 "`:9090`",
+	"auth.secret":                  "none: `serve` refuses to start without one, except with `--dev`",
+	"feed.max_len":                 "`800`",
+	"fanout.chunk_size":            "`5000`",
+	"feed.backfill":                "`50`",
+	"fanout.celebrity_threshold":   "`10000`",
+	"redis.cluster":                "`false`",
+	"redis.prefix":                 "`nf:`",
+	"database.read_url":            "empty",
+	"ratelimit.posts_per_minute":   "`60`",
+	"ratelimit.follows_per_minute": "`300`",
+	"http.request_timeout":         "`5s`",
+}
+
+// TestAPIDocConfigTable: docs/API.md's table of keys, the contract's,
+// holds every declared key once, each with its environment variable and
+// its default; and the declaration keeps every key of the contract. Rows
+// are only ever added to it (their meanings are written for the contract,
+// not generated).
+func TestAPIDocConfigTable(t *testing.T) {
 	t.Parallel()
-	table := configDocTable(t)
-	for _, key := range KnownKeys() {
-		written, ok := table[key]
-		if !assert.True(t, ok, "docs/CONFIG.md's configuration table has no row for %s", key) {
+	rows := markdownTable(t, readAPIDoc(t), "## Configuration", "key", "env", "default")
+	seen := map[string]bool{}
+	for _, row := range rows {
+		key := strings.Trim(row["key"], "`")
+		k, ok := declared[key]
+		if !assert.True(t, ok, "docs/API.md's configuration table names %s, which is no configuration key", key) {
 			continue
 		}
-		assert.True(t, sameDefault(written, defaults[key]),
-			"docs/CONFIG.md says %s defaults to %q; the code says %v", key, written, defaults[key])
+		assert.False(t, seen[key], "docs/API.md lists %s twice", key)
+		seen[key] = true
+		assert.Equal(t, "`"+envName(key)+"`", row["env"], key)
+		assert.True(t, sameDefault(row["default"], k.def), "docs/API.md says %s defaults to %s; the declaration says %q", key, row["default"], formatValue(k.def))
 	}
-	for key := range table {
-		_, known := defaults[key]
-		assert.True(t, known, "docs/CONFIG.md's configuration table names %s, which is no configuration key", key)
+	for _, key := range KnownKeys() {
+		assert.True(t, seen[key], "docs/API.md's configuration table has no row for %s", key)
 	}
+	for key, def := range contractKeys {
+		k, ok := declared[key]
+		if assert.True(t, ok, "the contract's key %s is no longer declared", key) {
+			assert.True(t, sameDefault(def, k.def), "the contract says %s defaults to %s; the declaration says %q", key, def, formatValue(k.def))
+		}
+	}
+}
+
+// TestKeysAreDeclared: every field of Config is a key, declared once, with
+// what it does; a default of the field's type that passes its own bound.
+func TestKeysAreDeclared(t *testing.T) {
+	t.Parallel()
+	fields := 0
+	var count func(reflect.Type)
+	count = func(typ reflect.Type) {
+		for i := range typ.NumField() {
+			if f := typ.Field(i).Type; f.Kind() == reflect.Struct && f != durationType {
+				count(f)
+			} else {
+				fields++
+			}
+		}
+	}
+	count(reflect.TypeFor[Config]())
+	require.Len(t, declared, fields)
+	for key, k := range declared {
+		require.NotEmpty(t, k.doc, key)
+		require.Equal(t, k.field.Type(), reflect.TypeOf(k.def), key)
+		require.Regexp(t, `^[a-z_]+(\.[a-z_]+)?$`, key)
+	}
+	_, err := LoadConfig(ConfigSources{})
+	require.NoError(t, err, "the defaults pass their bounds")
 }

@@ -4,16 +4,17 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"math"
 	"os"
 	"reflect"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/knadh/koanf/parsers/yaml"
+	"github.com/knadh/koanf/providers/env/v2"
 	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 )
@@ -147,19 +148,19 @@ type configLoader struct {
 }
 
 func loadConfig(src ConfigSources) (*loaded, error) {
-	ld := &configLoader{values: make(map[string]sourced, len(defaults))}
-	for _, key := range KnownKeys() {
-		ld.set(key, defaults[key], ConfigSource{Kind: SourceDefault})
-	}
-	if len(ld.problems) > 0 { // a default the code got wrong
-		return nil, &ConfigError{Problems: ld.problems}
+	ld := &configLoader{values: make(map[string]sourced, len(declared))}
+	for key, k := range declared {
+		ld.values[key] = sourced{value: k.def, source: ConfigSource{Kind: SourceDefault}}
 	}
 	if err := ld.readFile(src.File, src.FileRequired); err != nil {
 		return nil, err
 	}
-	ignored := ld.readEnv(src.Environ)
+	ignored, err := ld.readEnv(src.Environ)
+	if err != nil {
+		return nil, err
+	}
 	for _, f := range src.Flags {
-		if _, known := configFields[f.Key]; !known {
+		if _, known := declared[f.Key]; !known {
 			return nil, fmt.Errorf("%s sets %s, which is no configuration key", ConfigSource{Kind: SourceFlag, Name: f.Flag}, f.Key)
 		}
 		ld.set(f.Key, f.Value, ConfigSource{Kind: SourceFlag, Name: f.Flag})
@@ -169,11 +170,16 @@ func loadConfig(src ConfigSources) (*loaded, error) {
 	}
 
 	var cfg Config
-	root := reflect.ValueOf(&cfg).Elem()
-	for key, v := range ld.values {
-		root.FieldByIndex(configFields[key].index).Set(reflect.ValueOf(v.value).Convert(configFields[key].typ))
+	keys := declaredKeys(&cfg)
+	for _, k := range keys {
+		k.field.Set(reflect.ValueOf(ld.values[k.key].value))
 	}
-	for _, p := range cfg.validate() {
+	for _, k := range keys {
+		if text := k.check(k.key); text != "" {
+			ld.problems = append(ld.problems, ld.describe(problem{key: k.key, text: text, related: k.related}))
+		}
+	}
+	for _, p := range cfg.together() {
 		ld.problems = append(ld.problems, ld.describe(p))
 	}
 	if len(ld.problems) > 0 {
@@ -185,7 +191,7 @@ func loadConfig(src ConfigSources) (*loaded, error) {
 // set decodes raw as key's type and records it from source, or records
 // what is wrong with it.
 func (ld *configLoader) set(key string, raw any, source ConfigSource) {
-	v, err := decodeValue(key, configFields[key].typ, raw)
+	v, err := decodeValue(key, declared[key].field.Type(), raw)
 	if err != nil {
 		ld.problems = append(ld.problems, fmt.Sprintf("%s: %s: %v", source, key, err))
 		return
@@ -208,13 +214,8 @@ func (ld *configLoader) readFile(path string, required bool) error {
 	}
 	source := ConfigSource{Kind: SourceFile, Name: path}
 	flat := k.All()
-	keys := make([]string, 0, len(flat))
-	for key := range flat {
-		keys = append(keys, key)
-	}
-	sort.Strings(keys)
-	for _, key := range keys {
-		if _, known := configFields[key]; !known {
+	for _, key := range slices.Sorted(maps.Keys(flat)) {
+		if _, known := declared[key]; !known {
 			if flat[key] == nil && isSection(key) {
 				continue // a section whose keys are all commented out
 			}
@@ -228,7 +229,7 @@ func (ld *configLoader) readFile(path string, required bool) error {
 
 // isSection tells whether key is the name of a section of keys (feed).
 func isSection(key string) bool {
-	for known := range configFields {
+	for known := range declared {
 		if strings.HasPrefix(known, key+".") {
 			return true
 		}
@@ -250,36 +251,43 @@ func unknownKey(key string) string {
 	return fmt.Sprintf("unknown key %s", key)
 }
 
-// readEnv takes every NEWSFEED_<KEY> of environ and returns, sorted, the
-// NEWSFEED_ variables that name no key.
-func (ld *configLoader) readEnv(environ []string) []string {
-	byName := map[string]string{}
+// envKeys maps NEWSFEED_FEED_MAX_LEN to feed.max_len for every key.
+var envKeys = func() map[string]string {
+	m := make(map[string]string, len(declared))
+	for key := range declared {
+		m[envName(key)] = key
+	}
+	return m
+}()
+
+// readEnv takes every NEWSFEED_<KEY> of environ (the last of a name, as
+// getenv) and returns, sorted, the NEWSFEED_ variables that name no key.
+func (ld *configLoader) readEnv(environ []string) ([]string, error) {
 	var ignored []string
-	for _, kv := range environ {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok || !strings.HasPrefix(name, "NEWSFEED_") {
-			continue
-		}
-		if _, known := envKeys[name]; !known {
-			ignored = append(ignored, name)
-			continue
-		}
-		byName[name] = value // the last one wins, as getenv's
+	k := koanf.New(".")
+	err := k.Load(env.Provider(".", env.Opt{
+		Prefix:      "NEWSFEED_",
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, value string) (string, any) {
+			if _, known := envKeys[name]; !known {
+				ignored = append(ignored, name)
+				return "", nil
+			}
+			return name, value // not the key: its dots would make sections
+		},
+	}), nil)
+	if err != nil {
+		return nil, fmt.Errorf("read the environment: %w", err)
 	}
-	names := make([]string, 0, len(byName))
-	for name := range byName {
-		names = append(names, name)
+	for _, name := range k.Keys() { // sorted
+		ld.set(envKeys[name], k.String(name), ConfigSource{Kind: SourceEnv, Name: name})
 	}
-	sort.Strings(names)
-	for _, name := range names {
-		ld.set(envKeys[name], byName[name], ConfigSource{Kind: SourceEnv, Name: name})
-	}
-	sort.Strings(ignored)
-	return slices.Compact(ignored)
+	slices.Sort(ignored)
+	return slices.Compact(ignored), nil
 }
 
-// describe writes a validation problem with the source of its key, and of
-// the other keys it names when they were set somewhere.
+// describe writes a problem with the source of its key, and of the other
+// keys it names when they were set somewhere.
 func (ld *configLoader) describe(p problem) string {
 	text := fmt.Sprintf("%s: %s: %s", ld.values[p.key].source, p.key, p.text)
 	var also []string
@@ -302,40 +310,10 @@ type problem struct {
 	related []string
 }
 
-// configField is where a key's value goes in Config.
-type configField struct {
-	index []int
-	typ   reflect.Type
-}
-
-var durationType = reflect.TypeFor[time.Duration]()
-
-// configFields maps every key to its field of Config, by the koanf tags.
-var configFields = func() map[string]configField {
-	fields := map[string]configField{}
-	var walk func(t reflect.Type, prefix string, index []int)
-	walk = func(t reflect.Type, prefix string, index []int) {
-		for i := range t.NumField() {
-			f := t.Field(i)
-			tag, _, _ := strings.Cut(f.Tag.Get("koanf"), ",")
-			if tag == "" || tag == "-" || !f.IsExported() {
-				continue
-			}
-			at := append(append([]int{}, index...), i)
-			if f.Type.Kind() == reflect.Struct && f.Type != durationType {
-				walk(f.Type, prefix+tag+".", at)
-				continue
-			}
-			fields[prefix+tag] = configField{index: at, typ: f.Type}
-		}
-	}
-	walk(reflect.TypeFor[Config](), "", nil)
-	return fields
-}()
-
-// decodeValue turns raw — a default, a value parsed from YAML, an
-// environment variable's text or a flag's value — into a value of type t,
-// or says in a sentence (after "key: ") why it cannot.
+// decodeValue turns raw — a value parsed from YAML, an environment
+// variable's text or a flag's value — into a value of type t, or says in a
+// sentence (after "key: ") why it cannot. Every source is read as text, so
+// that each type is read alike from each.
 func decodeValue(key string, t reflect.Type, raw any) (any, error) {
 	if raw == nil {
 		if t.Kind() == reflect.String {
@@ -343,121 +321,58 @@ func decodeValue(key string, t reflect.Type, raw any) (any, error) {
 		}
 		return nil, errors.New("has no value (remove the line to take the default)")
 	}
-	rv := reflect.ValueOf(raw)
-	if k := rv.Kind(); k == reflect.Map || k == reflect.Slice || k == reflect.Array {
-		return nil, fmt.Errorf("is a %s, not a single value", map[bool]string{true: "section", false: "list"}[k == reflect.Map])
+	switch reflect.ValueOf(raw).Kind() {
+	case reflect.Map:
+		return nil, errors.New("is a section, not a single value")
+	case reflect.Slice, reflect.Array:
+		return nil, errors.New("is a list, not a single value")
 	}
-	shown := strconv.Quote(maskValue(key, fmt.Sprint(raw)))
+	text := fmt.Sprint(raw)
+	if t.Kind() == reflect.String {
+		return reflect.ValueOf(text).Convert(t).Interface(), nil // a number or a boolean where text is expected: its text
+	}
+	text = strings.TrimSpace(text)
+	shown := strconv.Quote(maskValue(key, text))
 	switch {
 	case t == durationType:
-		return decodeDuration(rv, shown)
-	case t.Kind() == reflect.Bool:
-		if rv.Kind() == reflect.Bool {
-			return rv.Bool(), nil
-		}
-		if rv.Kind() == reflect.String {
-			if b, err := strconv.ParseBool(strings.TrimSpace(rv.String())); err == nil {
-				return b, nil
-			}
-		}
-		return nil, fmt.Errorf("%s is not true or false", shown)
-	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
-		return decodeInt(rv, t.Bits(), shown)
-	case t.Kind() == reflect.Float64:
-		return decodeFloat(rv, shown)
-	case t.Kind() == reflect.String:
-		if rv.Kind() == reflect.String {
-			return rv.String(), nil
-		}
-		return fmt.Sprint(raw), nil // a number or a boolean where text is expected: its text
-	}
-	return nil, fmt.Errorf("has a type the configuration cannot hold (%s)", t)
-}
-
-// decodeDuration reads a Go duration. A number alone is refused, wherever
-// it comes from: YAML would give 30 for "30", which as a time.Duration is
-// 30 nanoseconds, never what was meant.
-func decodeDuration(rv reflect.Value, shown string) (any, error) {
-	if rv.Type() == durationType {
-		return time.Duration(rv.Int()), nil
-	}
-	var text string
-	switch {
-	case rv.Kind() == reflect.String:
-		text = strings.TrimSpace(rv.String())
+		// A number alone is refused, wherever it comes from: YAML would
+		// give 30 for "30", which as a time.Duration is 30 nanoseconds,
+		// never what was meant. 0 needs no unit.
 		if d, err := time.ParseDuration(text); err == nil {
 			return d, nil
 		}
-	case rv.CanInt() && rv.Int() == 0, rv.CanUint() && rv.Uint() == 0, rv.CanFloat() && rv.Float() == 0:
-		return time.Duration(0), nil // 0 needs no unit
-	case rv.CanInt(), rv.CanUint(), rv.CanFloat():
-		text = fmt.Sprint(rv.Interface())
-	default:
+		if _, err := strconv.ParseFloat(text, 64); err == nil {
+			return nil, fmt.Errorf("%s is not a duration (write a unit: %ss)", shown, text)
+		}
 		return nil, fmt.Errorf("%s is not a duration (like 500ms, 30s, 2m, 1h)", shown)
-	}
-	if _, err := strconv.ParseFloat(text, 64); err == nil {
-		return nil, fmt.Errorf("%s is not a duration (write a unit: %ss)", shown, text)
-	}
-	return nil, fmt.Errorf("%s is not a duration (like 500ms, 30s, 2m, 1h)", shown)
-}
-
-// decodeFloat reads a finite number, whole or not (tracing.sample_ratio).
-func decodeFloat(rv reflect.Value, shown string) (any, error) {
-	switch {
-	case rv.CanFloat():
-		if f := rv.Float(); !math.IsNaN(f) && !math.IsInf(f, 0) {
+	case t.Kind() == reflect.Bool:
+		if b, err := strconv.ParseBool(text); err == nil {
+			return b, nil
+		}
+		return nil, fmt.Errorf("%s is not true or false", shown)
+	case t.Kind() == reflect.Float64:
+		if f, err := strconv.ParseFloat(text, 64); err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
 			return f, nil
 		}
-	case rv.CanInt():
-		return float64(rv.Int()), nil
-	case rv.CanUint():
-		return float64(rv.Uint()), nil
-	case rv.Kind() == reflect.String:
-		f, err := strconv.ParseFloat(strings.TrimSpace(rv.String()), 64)
-		if err == nil && !math.IsNaN(f) && !math.IsInf(f, 0) {
-			return f, nil
-		}
-	}
-	return nil, fmt.Errorf("%s is not a number", shown)
-}
-
-// decodeInt reads a whole number that fits in bits.
-func decodeInt(rv reflect.Value, bits int, shown string) (any, error) {
-	var n int64
-	switch {
-	case rv.CanInt():
-		n = rv.Int()
-	case rv.CanUint():
-		if rv.Uint() > math.MaxInt64 {
-			return nil, fmt.Errorf("%s is too large", shown)
-		}
-		n = int64(rv.Uint()) //nolint:gosec // at most MaxInt64, checked above
-	case rv.CanFloat():
-		f := rv.Float()
-		if f != math.Trunc(f) || math.Abs(f) > 1<<53 {
-			return nil, fmt.Errorf("%s is not a whole number", shown)
-		}
-		n = int64(f)
-	case rv.Kind() == reflect.String:
-		var err error
-		n, err = strconv.ParseInt(strings.TrimSpace(rv.String()), 10, 64)
+		return nil, fmt.Errorf("%s is not a number", shown)
+	case t.Kind() >= reflect.Int && t.Kind() <= reflect.Int64:
+		n, err := strconv.ParseInt(text, 10, 64)
 		if errors.Is(err, strconv.ErrRange) {
 			return nil, fmt.Errorf("%s is too large", shown)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("%s is not a whole number", shown)
 		}
-	default:
-		return nil, fmt.Errorf("%s is not a whole number", shown)
+		if reflect.Zero(t).OverflowInt(n) {
+			return nil, fmt.Errorf("%s is too large (at most %d)", shown, int64(math.MaxInt64>>(64-t.Bits())))
+		}
+		return reflect.ValueOf(n).Convert(t).Interface(), nil
 	}
-	if limit := int64(math.MaxInt64 >> (64 - bits)); n > limit || n < -limit-1 {
-		return nil, fmt.Errorf("%s is too large (at most %d)", shown, limit)
-	}
-	return n, nil
+	return nil, fmt.Errorf("has a type the configuration cannot hold (%s)", t)
 }
 
-// formatValue writes a decoded value as the file or the environment would
-// take it back, a duration the way config.yaml writes it (2m, not 2m0s).
+// formatValue writes a value as the file or the environment would take it
+// back, a duration the way config.yaml writes it (2m, not 2m0s).
 func formatValue(v any) string {
 	if d, ok := v.(time.Duration); ok {
 		text := d.String()

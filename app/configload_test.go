@@ -274,20 +274,6 @@ func TestMaskValue(t *testing.T) {
 	}
 }
 
-// TestConfigFieldsHaveDefaults: every field of Config is a key with a
-// default, and every default is a field.
-func TestConfigFieldsHaveDefaults(t *testing.T) {
-	t.Parallel()
-	for key := range configFields {
-		_, ok := defaults[key]
-		require.True(t, ok, "Config has %s, defaults does not", key)
-	}
-	for key := range defaults {
-		_, ok := configFields[key]
-		require.True(t, ok, "defaults has %s, Config does not", key)
-	}
-}
-
 // TestAdminToken: admin.token is refused shorter than 16 characters, in a
 // message that does not show it, and taken from 16 on.
 func TestAdminToken(t *testing.T) {

@@ -32,7 +32,7 @@ func TestMakeResetTouchesOnlyTheDevDefaults(t *testing.T) {
 	t.Parallel()
 	vars := makeVariables(t)
 
-	db, err := url.Parse(defaults["database.url"].(string))
+	db, err := url.Parse(declared["database.url"].def.(string))
 	require.NoError(t, err)
 	admin, err := url.Parse(vars["RESET_PG"])
 	require.NoError(t, err, "RESET_PG")
@@ -41,11 +41,11 @@ func TestMakeResetTouchesOnlyTheDevDefaults(t *testing.T) {
 	require.Equal(t, "/postgres", admin.Path, "make reset connects to the maintenance database, not the one it drops")
 	require.Equal(t, strings.TrimPrefix(db.Path, "/"), vars["RESET_DATABASE"], "make reset drops database.url's database")
 
-	rdb, err := url.Parse(defaults["redis.url"].(string))
+	rdb, err := url.Parse(declared["redis.url"].def.(string))
 	require.NoError(t, err)
 	want := "-h " + rdb.Hostname() + " -p " + rdb.Port() + " -n " + strings.TrimPrefix(rdb.Path, "/")
 	require.Equal(t, want, vars["RESET_REDIS"], "make reset's Redis is redis.url's server and db")
-	prefix := defaults["redis.prefix"].(string)
+	prefix := declared["redis.prefix"].def.(string)
 	require.NotEmpty(t, prefix, "an empty prefix would make make reset delete the whole db")
 	require.Equal(t, prefix, vars["RESET_REDIS_PREFIX"], "make reset deletes redis.prefix's keys")
 }
