@@ -109,11 +109,10 @@ const (
 )
 
 type opInput struct {
-	kind      opKind
-	user      int64 // the author, the follower, the reader
-	other     int64 // the followee
-	post      int64 // the post deleted or delivered
-	postIndex int   // unused by the model; helps a reader of a failure
+	kind  opKind
+	user  int64 // the author, the follower, the reader
+	other int64 // the followee
+	post  int64 // the post deleted or delivered
 }
 
 type opOutput struct {

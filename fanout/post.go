@@ -42,7 +42,7 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 				return outcomeDone, err
 			}
 		}
-		if err := w.feeds.AddToTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
+		if err := w.feeds.AddToTimeline(ctx, domain.Entry(p)); err != nil {
 			return outcomeDone, err
 		}
 		w.cfg.Live.Pulled(ctx, p.PostID, p.AuthorID)
@@ -56,14 +56,14 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if pulled {
 		// A former celebrity: readers still merge the timeline (it holds
 		// the posts that went nowhere else), so it must stay complete.
-		if err := w.feeds.AddToTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
+		if err := w.feeds.AddToTimeline(ctx, domain.Entry(p)); err != nil {
 			return outcomeDone, err
 		}
 	}
 	if followers > int64(w.cfg.ChunkSize) {
 		return w.split(ctx, t.ID, p)
 	}
-	return outcomeDone, w.push(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}, 0, 0, first)
+	return outcomeDone, w.push(ctx, domain.Entry(p), 0, 0, first)
 }
 
 // firstDelivery reports whether t is its event's first delivery, claim and
@@ -134,7 +134,7 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
 		return err
 	}
-	if err := w.feeds.RemoveFromTimeline(ctx, domain.Entry{PostID: p.PostID, AuthorID: p.AuthorID}); err != nil {
+	if err := w.feeds.RemoveFromTimeline(ctx, domain.Entry(p)); err != nil {
 		return err
 	}
 	// A celebrity's post went to the timeline only: no follower's feed
