@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"time"
 
@@ -48,6 +49,10 @@ type ReadYourWrites struct {
 	Replication Replication
 	// Primary reads the listings on the primary.
 	Primary Listings
+
+	// checkWait replaces positionWait when set (SetCheckWait, for tests
+	// whose point is which check answered, not how fast).
+	checkWait time.Duration
 }
 
 // positionWait bounds each look at a write position (Redis) and at the
@@ -107,7 +112,7 @@ func (s *stickyReads) wrote(ctx context.Context, user int64) {
 	}
 	lsn, err := s.Replication.WritePosition(ctx)
 	if err == nil {
-		rctx, cancel := context.WithTimeout(ctx, positionWait)
+		rctx, cancel := context.WithTimeout(ctx, cmp.Or(s.checkWait, positionWait))
 		err = s.Positions.Record(rctx, user, lsn)
 		cancel()
 	}
@@ -127,7 +132,7 @@ func (s *stickyReads) listings(ctx context.Context, caller int64) Listings {
 		s.fallbacks.WithLabelValues(reasonUnchecked).Inc()
 		return s.Primary
 	}
-	ctx, cancel := context.WithTimeout(ctx, positionWait)
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(s.checkWait, positionWait))
 	defer cancel()
 	lsn, found, err := s.Positions.Get(ctx, caller)
 	if err == nil && !found {

@@ -22,8 +22,9 @@ import (
 
 // replicaBundle serves the API over a primary and a read pool, with the
 // write positions in positionsRedis (nil: the feeds' Redis), as app wires
-// database.read_url.
-func replicaBundle(t *testing.T, primary, read *pgxpool.Pool, positionsRedis redis.UniversalClient) (*testBundle, *prometheus.Registry) {
+// database.read_url. checkWait bounds each look at a write position and at
+// the replica (0: the product's 250 ms).
+func replicaBundle(t *testing.T, primary, read *pgxpool.Pool, positionsRedis redis.UniversalClient, checkWait time.Duration) (*testBundle, *prometheus.Registry) {
 	t.Helper()
 	db := store.New(primary, read)
 	rdb, prefix := testenv.NewRedis(t)
@@ -32,14 +33,18 @@ func replicaBundle(t *testing.T, primary, read *pgxpool.Pool, positionsRedis red
 	}
 	feeds := newFeeds(t, rdb, db, feed.Config{Prefix: prefix, Backfill: 50})
 	reg := prometheus.NewRegistry()
+	rw := &api.ReadYourWrites{
+		Positions:   sticky.New(positionsRedis, prefix),
+		Replication: db,
+		Primary:     store.New(primary, nil),
+	}
+	if checkWait > 0 {
+		api.SetCheckWait(rw, checkWait)
+	}
 	srv := httptest.NewServer(newAPI(t, db, db, feeds, api.Config{
-		Secret: testSecret,
-		ReadYourWrites: &api.ReadYourWrites{
-			Positions:   sticky.New(positionsRedis, prefix),
-			Replication: db,
-			Primary:     store.New(primary, nil),
-		},
-		Registerer: reg,
+		Secret:         testSecret,
+		ReadYourWrites: rw,
+		Registerer:     reg,
 	}))
 	t.Cleanup(srv.Close)
 	return &testBundle{pool: primary, db: db, rdb: rdb, prefix: prefix, feeds: feeds, srv: srv, secret: testSecret}, reg
@@ -48,11 +53,14 @@ func replicaBundle(t *testing.T, primary, read *pgxpool.Pool, positionsRedis red
 // TestReadYourWrites gives the API a read pool on another, empty database: a
 // replica that never replays anything. A caller's listings show their own
 // writes at once (read on the primary); everybody else's listings are the
-// replica's, stale.
+// replica's, stale. The checks get time enough that each answers, however
+// busy the machine: the test counts the listings sent to the primary
+// because the replica lags, and a check that timed out would count as
+// "unchecked" instead (TestReadYourWritesWithRedisDown).
 func TestReadYourWrites(t *testing.T) {
 	t.Parallel()
 	primary, never := testenv.NewPool(t), testenv.NewPool(t)
-	b, reg := replicaBundle(t, primary, never, nil)
+	b, reg := replicaBundle(t, primary, never, nil, time.Minute)
 	const alice, bob, carol = 1, 2, 3
 
 	b.follow(t, alice, bob)
@@ -119,7 +127,7 @@ func TestReadYourWritesWithRedisDown(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			t.Cleanup(func() { _ = rdb.Close() })
-			b, reg := replicaBundle(t, testenv.NewPool(t), testenv.NewPool(t), rdb)
+			b, reg := replicaBundle(t, testenv.NewPool(t), testenv.NewPool(t), rdb, 0)
 			const alice, bob, carol = 1, 2, 3
 
 			start := time.Now()
@@ -173,7 +181,7 @@ func TestReadYourWritesOnTheReplica(t *testing.T) {
 	t.Parallel()
 	testenv.SkipWithoutReplica(t)
 	url := testenv.NewDatabaseURL(t)
-	b, reg := replicaBundle(t, testenv.Pool(t, url), testenv.Pool(t, testenv.ReplicaDatabaseURL(t, url)), nil)
+	b, reg := replicaBundle(t, testenv.Pool(t, url), testenv.Pool(t, testenv.ReplicaDatabaseURL(t, url)), nil, time.Minute)
 	const alice, bob = 1, 2
 
 	b.follow(t, alice, bob)

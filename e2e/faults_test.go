@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/internal/testenv"
+	"github.com/newsfeed/newsfeed/queue"
 	"github.com/stretchr/testify/require"
 )
 
@@ -98,7 +100,7 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 				"NEWSFEED_FANOUT_PAGE_SIZE=50", // several pages per row: a push to interrupt
 				"NEWSFEED_FANOUT_CHUNK_SIZE="+strconv.Itoa(v.chunkSize),
 				"NEWSFEED_FANOUT_CELEBRITY_THRESHOLD=1000000", // fanned out, not pulled
-				"NEWSFEED_QUEUE_CLAIM_IDLE=1s",                // the dead worker's tickets are taken over soon
+				"NEWSFEED_QUEUE_CLAIM_IDLE=1h",                // no ticket of a live worker's looks stale (ageHeldTickets)
 				"NEWSFEED_OUTBOX_REDELIVER_AFTER=10m",         // and never published twice: one ticket per row
 				"NEWSFEED_RATELIMIT_POSTS_PER_MINUTE=0",
 				"NEWSFEED_QUEUE_PARTITIONS="+strconv.Itoa(v.partitions),
@@ -193,6 +195,9 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 				}
 				t.Logf("kill %d once %s: %d of %d entries written; rows: %s", kill, point, written, total, strings.Join(parts, ", "))
 
+				// The dead worker's tickets look stale at once: the new
+				// worker takes them over as it starts, and nothing else.
+				c.ageHeldTickets(v.partitions, 2*time.Hour)
 				w := c.start("work")
 				c.waitOutboxDrained(60 * time.Second)
 				for _, id := range ids {
@@ -218,6 +223,23 @@ func TestWorkerKilledAtRandomPoints(t *testing.T) {
 				require.Zero(t, open, "every chunk and every parent is done")
 			}
 		})
+	}
+}
+
+// ageHeldTickets makes every ticket that a worker holds, in every partition
+// of the cluster's queue, look idle for idle (testenv.AgePending): a worker
+// of a shorter queue.claim_idle takes them over when it starts, while its
+// own tickets stay far from stale however slow the machine is (one that
+// took over its own ticket mid-fan-out would push the post twice at once,
+// and a first delivery's push, which appends without looking, could count
+// entries the other had written).
+func (c *cluster) ageHeldTickets(partitions int, idle time.Duration) {
+	c.t.Helper()
+	rdb := c.redis()
+	q, err := queue.NewPartitioned(rdb, queue.Config{Stream: c.prefix + "tickets", Group: "fanout", Partitions: partitions})
+	require.NoError(c.t, err)
+	for p := range partitions {
+		testenv.AgePending(c.t, rdb, q.Key(p), "fanout", idle)
 	}
 }
 

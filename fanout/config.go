@@ -56,6 +56,11 @@ type Config struct {
 	// the worker touches its own tickets well within it. Defaults to
 	// DefaultClaimIdle (30s).
 	ClaimIdle time.Duration
+	// ClaimInterval is how often the worker looks for tickets idle for
+	// ClaimIdle. Defaults to half of ClaimIdle. (A shorter one lets a test
+	// that sets the tickets' idle times itself see a take-over at once,
+	// with a ClaimIdle no slow machine reaches.)
+	ClaimInterval time.Duration
 	// MaxDeliveries: a ticket delivered more often (its workers keep dying)
 	// is dead-lettered. Defaults to DefaultMaxDeliveries (5).
 	MaxDeliveries int64
@@ -130,6 +135,7 @@ func (c *Config) validate() error {
 		nonNegative("PageSize", c.PageSize, DefaultPageSize),
 		nonNegative("ChunkSize", c.ChunkSize, DefaultChunkSize),
 		nonNegative("ClaimIdle", c.ClaimIdle, DefaultClaimIdle),
+		defaults.NotNegative("fanout.Config", "ClaimInterval", c.ClaimInterval, "half of ClaimIdle"),
 		nonNegative("MaxDeliveries", c.MaxDeliveries, DefaultMaxDeliveries),
 		nonNegative("MaxAttempts", c.MaxAttempts, DefaultMaxAttempts),
 		nonNegativeBackoff("Backoff.Base", c.Backoff.Base),
@@ -158,6 +164,7 @@ func (c *Config) setDefaults() {
 	defaults.Fill(&c.PageSize, DefaultPageSize)
 	defaults.Fill(&c.ChunkSize, DefaultChunkSize)
 	defaults.Fill(&c.ClaimIdle, DefaultClaimIdle)
+	defaults.Fill(&c.ClaimInterval, c.ClaimIdle/2)
 	defaults.Fill(&c.MaxDeliveries, DefaultMaxDeliveries)
 	defaults.Fill(&c.MaxAttempts, DefaultMaxAttempts)
 	defaults.Fill(&c.RedeliverAfter, DefaultRedeliverAfter)

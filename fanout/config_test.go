@@ -20,6 +20,7 @@ func TestConfig(t *testing.T) {
 			"PageSize":        {PageSize: -1},
 			"ChunkSize":       {ChunkSize: -1},
 			"ClaimIdle":       {ClaimIdle: -time.Second},
+			"ClaimInterval":   {ClaimInterval: -time.Second},
 			"MaxDeliveries":   {MaxDeliveries: -1},
 			"MaxAttempts":     {MaxAttempts: -1},
 			"Backoff.Base":    {Backoff: backoff.Schedule{Base: -time.Second, Max: time.Hour}},
@@ -46,8 +47,8 @@ func TestConfig(t *testing.T) {
 		for _, cfg := range []fanout.Config{
 			{},
 			{
-				Concurrency: 1, PageSize: 1, ChunkSize: 1, ClaimIdle: time.Millisecond, MaxDeliveries: 1,
-				MaxAttempts: 1, Backoff: backoff.Schedule{Base: time.Millisecond, Max: time.Millisecond},
+				Concurrency: 1, PageSize: 1, ChunkSize: 1, ClaimIdle: time.Millisecond, ClaimInterval: time.Millisecond,
+				MaxDeliveries: 1, MaxAttempts: 1, Backoff: backoff.Schedule{Base: time.Millisecond, Max: time.Millisecond},
 				RedeliverAfter: time.Millisecond, ShutdownTimeout: time.Millisecond,
 			},
 		} {

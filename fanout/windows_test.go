@@ -171,7 +171,8 @@ func TestAtLeastOnce(t *testing.T) {
 		require.Zero(t, b.tickets(t, domain.PostCreated, "done"))
 		require.Zero(t, b.metric(t, "newsfeed_delivery_seconds"))
 
-		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
+		require.Equal(t, 1, b.ageTickets(t))
+		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: takeoverIdle}))
 		b.deliver(t)
 		b.requireOncePerFollower(t, followers, postID)
 		require.EqualValues(t, len(followers), b.metric(t, "newsfeed_fanout_entries_total"), "the second push added nothing")
@@ -200,7 +201,8 @@ func TestAtLeastOnce(t *testing.T) {
 		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "failed"))
 		require.Empty(t, b.deadTickets(t))
 
-		run(t, b.newWorker(t, feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
+		require.Equal(t, 1, b.ageTickets(t))
+		run(t, b.newWorker(t, feeds, fanout.Config{ClaimIdle: takeoverIdle}))
 		b.deliver(t)
 		b.requireOncePerFollower(t, followers, postID)
 		require.Equal(t, "done", b.postRow(t, postID).Status)
@@ -222,7 +224,8 @@ func TestAtLeastOnce(t *testing.T) {
 		require.EqualValues(t, 1, b.pending(t))
 		require.Empty(t, b.deadTickets(t), "dead-lettered although its row is not dead")
 
-		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
+		require.Equal(t, 1, b.ageTickets(t))
+		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: takeoverIdle}))
 		eventually(t, func(c *assert.CollectT) {
 			require.Zero(c, b.unfinished(c))
 			require.Zero(c, b.pending(c))
@@ -237,10 +240,18 @@ func TestAtLeastOnce(t *testing.T) {
 		b, followers := withFollowers(t)
 		ackFails := failTimes(1)
 		q := &hookedQueue{Queue: b.queue, beforeAck: func(context.Context, string) error { return ackFails() }}
-		run(t, b.newWorkerOn(t, b.feeds, b.db, q, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
+		// The worker looks for stale tickets all the time, and finds its own
+		// only once the test made it look stale.
+		run(t, b.newWorkerOn(t, b.feeds, b.db, q, fanout.Config{ClaimIdle: takeoverIdle, ClaimInterval: time.Millisecond}))
 		postID := b.post(t, author)
 		b.dispatch(t)
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 1, q.acks.Load())
+			require.EqualValues(c, 1, b.tickets(c, domain.PostCreated, "done"))
+			require.EqualValues(c, 1, b.pending(c), "the ticket stays with the worker")
+		})
 		// The worker takes its own unacknowledged ticket over and handles it again.
+		require.Equal(t, 1, b.ageTickets(t))
 		b.waitTickets(t, domain.PostCreated, "done", 2)
 		require.EqualValues(t, 2, q.acks.Load())
 		b.requireOncePerFollower(t, followers, postID)
@@ -268,9 +279,18 @@ func TestAtLeastOnce(t *testing.T) {
 		deadLetterFails := failTimes(1)
 		q := &hookedQueue{Queue: b.queue, beforeDeadLetter: func(context.Context) error { return deadLetterFails() }}
 		feeds := &hookedFeeds{Feeds: b.feeds, beforePush: func(context.Context) error { return errOnFire }}
-		run(t, b.newWorkerOn(t, feeds, b.db, q, fanout.Config{MaxAttempts: 1, ClaimIdle: 200 * time.Millisecond}))
+		run(t, b.newWorkerOn(t, feeds, b.db, q,
+			fanout.Config{MaxAttempts: 1, ClaimIdle: takeoverIdle, ClaimInterval: time.Millisecond}))
 		postID := b.post(t, author)
 		b.dispatch(t)
+		// The row is dead, and its ticket, which could not be dead-lettered,
+		// stays with the worker until it looks stale.
+		eventually(t, func(c *assert.CollectT) {
+			require.EqualValues(c, 1, q.deadLetters.Load())
+			require.Zero(c, b.unfinished(c))
+			require.EqualValues(c, 1, b.pending(c))
+		})
+		require.Equal(t, 1, b.ageTickets(t))
 		eventually(t, func(c *assert.CollectT) {
 			require.Zero(c, b.unfinished(c))
 			require.Zero(c, b.pending(c))

@@ -189,7 +189,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		free := w.cfg.Concurrency - len(slots)
 		var tickets []domain.Delivery
 		var err error
-		if time.Since(lastClaim) > w.cfg.ClaimIdle/2 {
+		if time.Since(lastClaim) > w.cfg.ClaimInterval {
 			lastClaim = time.Now()
 			tickets, err = w.queue.ClaimStale(ctx, w.cfg.Consumer, w.cfg.ClaimIdle, free)
 			if len(tickets) > 0 {

@@ -114,6 +114,28 @@ func (b *testBundle) newWorkerOn(t *testing.T, feeds fanout.Feeds, ob fanout.Out
 	return w
 }
 
+// The idle times of the take-over tests, which set the tickets' idle times
+// instead of waiting for them: a worker that takes over claims tickets idle
+// for takeoverIdle, and ageTickets makes the tickets the test means to be
+// stale look idle for twice that. Nothing else gets near it, so a slow
+// machine can neither make a worker's own ticket stale (a second delivery
+// the test did not ask for) nor leave a stale one fresh.
+const (
+	takeoverIdle = time.Hour
+	staleIdle    = 2 * takeoverIdle
+)
+
+// ageTickets makes every ticket that a consumer holds in the bundle's queue,
+// in any partition, look idle for staleIdle, and returns how many it aged.
+func (b *testBundle) ageTickets(t *testing.T) int {
+	t.Helper()
+	n := 0
+	for p := range b.queue.Partitions() {
+		n += testenv.AgePending(t, b.rdb, b.queue.Key(p), "fanout", staleIdle)
+	}
+	return n
+}
+
 // running is a worker's Run in the background.
 type running struct {
 	cancel context.CancelFunc
@@ -823,7 +845,7 @@ func TestRedelivery(t *testing.T) {
 
 	t.Run("StaleTicketOfADeadConsumerIsTakenOver", func(t *testing.T) {
 		t.Parallel()
-		w, b := setup(t, fanout.Config{ClaimIdle: 200 * time.Millisecond}, feed.Config{})
+		w, b := setup(t, fanout.Config{ClaimIdle: takeoverIdle}, feed.Config{})
 		const author = int64(1)
 		followers := userRange(2, 11)
 		b.follow(t, author, followers)
@@ -837,6 +859,7 @@ func TestRedelivery(t *testing.T) {
 		require.Len(t, taken, 1)
 		require.EqualValues(t, 1, taken[0].Deliveries)
 
+		require.Equal(t, 1, b.ageTickets(t))
 		run(t, w)
 		b.deliver(t)
 		for _, u := range followers {
@@ -854,7 +877,7 @@ func TestRedelivery(t *testing.T) {
 
 	t.Run("TicketDeliveredMoreThanMaxDeliveriesIsBuried", func(t *testing.T) {
 		t.Parallel()
-		w, b := setup(t, fanout.Config{ClaimIdle: 200 * time.Millisecond, MaxDeliveries: 2}, feed.Config{})
+		w, b := setup(t, fanout.Config{ClaimIdle: takeoverIdle, MaxDeliveries: 2}, feed.Config{})
 		const author, follower = int64(1), int64(2)
 		b.follow(t, author, []int64{follower})
 		b.buildFeeds(t, []int64{follower})
@@ -865,13 +888,12 @@ func TestRedelivery(t *testing.T) {
 		taken, err := b.queue.Read(t.Context(), "dead-worker-1", 10, 10*time.Millisecond)
 		require.NoError(t, err)
 		require.Len(t, taken, 1)
-		eventually(t, func(c *assert.CollectT) {
-			taken, err = b.queue.ClaimStale(context.Background(), "dead-worker-2", time.Millisecond, 10)
-			require.NoError(c, err)
-			require.Len(c, taken, 1)
-		})
+		taken, err = b.queue.ClaimStale(t.Context(), "dead-worker-2", 0, 10)
+		require.NoError(t, err)
+		require.Len(t, taken, 1)
 		require.EqualValues(t, 2, taken[0].Deliveries)
 
+		require.Equal(t, 1, b.ageTickets(t))
 		run(t, w) // the third delivery is one too many
 		eventually(t, func(c *assert.CollectT) {
 			require.Zero(c, b.unfinished(c))
@@ -1200,7 +1222,8 @@ func TestShutdown(t *testing.T) {
 		require.EqualValues(t, 1, b.tickets(t, domain.PostCreated, "abandoned"))
 
 		// Another worker takes it over and finishes it.
-		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: 200 * time.Millisecond}))
+		require.Equal(t, 1, b.ageTickets(t))
+		run(t, b.newWorker(t, b.feeds, fanout.Config{ClaimIdle: takeoverIdle}))
 		b.deliver(t)
 		require.Equal(t, "done", b.row(t, row.ID).Status)
 		for _, u := range followers {

@@ -132,6 +132,31 @@ FROM outbox WHERE id = $1`, id).Scan(&r.ID, &r.Status, &r.Attempts, &r.LastError
 	return r
 }
 
+// expire moves the deadline of the rows (a lease, a redelivery deadline:
+// both are due_at) to now, as the database clock would once it passed. The
+// tests that wait for a deadline set a long one and expire it, so that the
+// row is due again exactly when the test says, and a slow machine cannot
+// make it due before.
+func (b *testBundle) expire(t *testing.T, ids ...int64) {
+	t.Helper()
+	tag, err := b.pool.Exec(t.Context(), `UPDATE outbox SET due_at = now() WHERE id = ANY($1)`, ids)
+	require.NoError(t, err)
+	require.EqualValues(t, len(ids), tag.RowsAffected())
+}
+
+// requireDueAtDeadline checks that d publishes nothing while the rows'
+// deadline is ahead, and, once expire moved it to now, exactly those rows.
+func (b *testBundle) requireDueAtDeadline(t *testing.T, d *outbox.Dispatcher, ids ...int64) {
+	t.Helper()
+	n, err := d.DispatchOnce(t.Context())
+	require.NoError(t, err)
+	require.Zero(t, n, "due before the deadline")
+	b.expire(t, ids...)
+	n, err = d.DispatchOnce(t.Context())
+	require.NoError(t, err)
+	require.Equal(t, len(ids), n, "due at the deadline")
+}
+
 // statusCounts counts outbox rows by status.
 func (b *testBundle) statusCounts(t tb) map[string]int {
 	t.Helper()
@@ -467,7 +492,7 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 
 	t.Run("PublishedRowsWithoutFinishArePublishedAgain", func(t *testing.T) {
 		t.Parallel()
-		const redeliverAfter = 200 * time.Millisecond
+		const redeliverAfter = time.Hour
 		d, b := setup(t, outbox.Config{RedeliverAfter: redeliverAfter})
 		ids := b.insertEvents(t, 2)
 		lost, finished := ids[0], ids[1]
@@ -485,14 +510,9 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		require.NoError(t, b.pool.QueryRow(t.Context(),
 			`SELECT extract(epoch FROM due_at - published_at)::float8 FROM outbox WHERE id = $1`, lost).Scan(&dueAfterPublish))
 		require.InDelta(t, redeliverAfter.Seconds(), dueAfterPublish, 0.001)
-
 		// ...and then, its ticket lost with Redis, it is published again.
 		require.NoError(t, b.rdb.Del(t.Context(), b.queue.Stream()).Err())
-		eventually(t, func(c *assert.CollectT) {
-			n, err := d.DispatchOnce(context.Background())
-			require.NoError(c, err)
-			require.Equal(c, 1, n)
-		})
+		b.requireDueAtDeadline(t, d, lost)
 		r = b.row(t, lost)
 		require.Equal(t, "published", r.Status)
 		require.Equal(t, 2, r.Attempts)
@@ -514,18 +534,13 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		d, b := setup(t, outbox.Config{RedeliverAfter: time.Hour})
 		ids := b.insertEvents(t, 1)
 		// A dispatcher claims the row and dies before publishing it.
-		claimed, err := b.db.Claim(t.Context(), 10, 200*time.Millisecond)
+		const lease = time.Hour
+		claimed, err := b.db.Claim(t.Context(), 10, lease)
 		require.NoError(t, err)
 		require.Len(t, claimed, 1)
-
-		n, err := d.DispatchOnce(t.Context())
-		require.NoError(t, err)
-		require.Zero(t, n, "a leased row was claimed again before its lease ended")
-		eventually(t, func(c *assert.CollectT) {
-			n, err := d.DispatchOnce(context.Background())
-			require.NoError(c, err)
-			require.Equal(c, 1, n)
-		})
+		require.InDelta(t, lease.Seconds(), b.row(t, ids[0]).DueIn.Seconds(), 60, "leased until the lease ends")
+		// Not claimed again before the lease ends; claimed once it did.
+		b.requireDueAtDeadline(t, d, ids[0])
 		r := b.row(t, ids[0])
 		require.Equal(t, "published", r.Status)
 		require.Equal(t, 2, r.Attempts)
@@ -537,22 +552,21 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 		b := newBundle(t)
 		ids := b.insertEvents(t, 1)
 		st := &hookedStore{DB: b.db, markPublishedFailures: 1}
-		d := newDispatcher(t, st, b.queue, outbox.Config{Lease: 200 * time.Millisecond, RedeliverAfter: time.Hour})
+		const lease = time.Hour
+		d := newDispatcher(t, st, b.queue, outbox.Config{Lease: lease, RedeliverAfter: time.Hour})
 
 		n, err := d.DispatchOnce(t.Context())
 		require.Equal(t, 1, n)
 		require.ErrorIs(t, err, errStoreDown)
-		require.Equal(t, "publishing", b.row(t, ids[0]).Status)
+		r := b.row(t, ids[0])
+		require.Equal(t, "publishing", r.Status)
+		require.InDelta(t, lease.Seconds(), r.DueIn.Seconds(), 60, "leased until the lease ends")
 		require.Equal(t, map[int64]int{ids[0]: 1}, b.streamIDs(t))
 
 		// The ticket may be in the queue, but nothing says so: after the
 		// lease the row is published again (at least once).
-		eventually(t, func(c *assert.CollectT) {
-			n, err := d.DispatchOnce(context.Background())
-			require.NoError(c, err)
-			require.Equal(c, 1, n)
-		})
-		r := b.row(t, ids[0])
+		b.requireDueAtDeadline(t, d, ids[0])
+		r = b.row(t, ids[0])
 		require.Equal(t, "published", r.Status)
 		require.Equal(t, 2, r.Attempts)
 		require.Equal(t, map[int64]int{ids[0]: 2}, b.streamIDs(t))
@@ -561,17 +575,12 @@ INSERT INTO outbox (event_type, payload, status, due_at) VALUES
 	t.Run("DueRowsWhoseTicketWaitsInTheQueueAreNotPublishedTwice", func(t *testing.T) {
 		t.Parallel()
 		// Workers are down: the ticket waits in the stream past the deadline.
-		const redeliverAfter = 100 * time.Millisecond
-		d, b := setup(t, outbox.Config{RedeliverAfter: redeliverAfter})
+		d, b := setup(t, outbox.Config{RedeliverAfter: time.Hour})
 		ids := b.insertEvents(t, 1)
 		n, err := d.DispatchOnce(t.Context())
 		require.NoError(t, err)
 		require.Equal(t, 1, n)
-		eventually(t, func(c *assert.CollectT) {
-			n, err := d.DispatchOnce(context.Background())
-			require.NoError(c, err)
-			require.Equal(c, 1, n, "due again")
-		})
+		b.requireDueAtDeadline(t, d, ids[0]) // claimed again, its ticket found waiting
 		r := b.row(t, ids[0])
 		require.Equal(t, "published", r.Status)
 		require.Equal(t, 2, r.Attempts)
@@ -903,28 +912,28 @@ func TestAttempts(t *testing.T) {
 			return ok
 		}}
 		d := b.dispatcher(t, pub, outbox.Config{
-			RedeliverAfter: 100 * time.Millisecond,
+			RedeliverAfter: time.Hour,
 			MaxAttempts:    maxAttempts,
 			Backoff:        backoff.Schedule{Base: time.Minute, Max: time.Hour},
 		})
 		// Published, and redelivered maxAttempts-2 times because no worker
 		// finished it.
-		for range maxAttempts - 1 {
+		for publication := range maxAttempts - 1 {
+			if publication > 0 {
+				b.expire(t, ids[0]) // RedeliverAfter passed
+			}
 			require.NoError(t, b.rdb.Del(t.Context(), b.queue.Stream()).Err()) // the ticket is lost
-			eventually(t, func(c *assert.CollectT) {
-				n, err := d.DispatchOnce(context.Background())
-				require.NoError(c, err)
-				require.Equal(c, 1, n)
-			})
+			n, err := d.DispatchOnce(t.Context())
+			require.NoError(t, err)
+			require.Equal(t, 1, n)
 		}
 		// Then, its ticket lost again, the queue refuses it once.
+		b.expire(t, ids[0])
 		require.NoError(t, b.rdb.Del(t.Context(), b.queue.Stream()).Err())
 		refuse.Store(ids[0], true)
-		eventually(t, func(c *assert.CollectT) {
-			n, err := d.DispatchOnce(context.Background())
-			require.ErrorIs(c, err, errRefused)
-			require.Equal(c, 1, n)
-		})
+		n, err := d.DispatchOnce(t.Context())
+		require.ErrorIs(t, err, errRefused)
+		require.Equal(t, 1, n)
 
 		r := b.row(t, ids[0])
 		require.Equal(t, "pending", r.Status, "one failure after %d publications is not death", r.Attempts)

@@ -1,11 +1,9 @@
 package outbox_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/outbox"
@@ -34,7 +32,6 @@ func (b *testBundle) tickets(t *testing.T) map[int64]string {
 // again exactly when its ticket is gone, whatever the partition count is now.
 func TestStillQueuedPerPartition(t *testing.T) {
 	t.Parallel()
-	const redeliverAfter = 100 * time.Millisecond
 	b := newBundle(t)
 	partitioned := func(n int) *queue.Queue {
 		q, err := queue.NewPartitioned(b.rdb, queue.Config{Stream: b.prefix + "tickets", Group: "fanout", Partitions: n})
@@ -43,7 +40,7 @@ func TestStillQueuedPerPartition(t *testing.T) {
 		return q
 	}
 	q8 := partitioned(8)
-	d := b.dispatcher(t, q8, outbox.Config{RedeliverAfter: redeliverAfter})
+	d := b.dispatcher(t, q8, outbox.Config{RedeliverAfter: time.Hour})
 	ids := b.insertEvents(t, 40)
 	n, err := d.DispatchOnce(t.Context())
 	require.NoError(t, err)
@@ -71,11 +68,7 @@ func TestStillQueuedPerPartition(t *testing.T) {
 
 	// Due again, with the count now 4: only partition 3's rows are published again.
 	d4 := b.dispatcher(t, partitioned(4), outbox.Config{RedeliverAfter: time.Hour, Metrics: outbox.NewMetrics(nil)})
-	eventually(t, func(c *assert.CollectT) {
-		n, err := d4.DispatchOnce(context.Background())
-		require.NoError(c, err)
-		require.Equal(c, 40, n, "every row due again")
-	})
+	b.requireDueAtDeadline(t, d4, ids...)
 	again := b.tickets(t)
 	for _, id := range ids {
 		r := b.row(t, id)

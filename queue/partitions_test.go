@@ -373,21 +373,18 @@ func TestPartitionedTakeover(t *testing.T) {
 		taken := read(t, q, "crashed", 100)
 		require.Len(t, taken, 40)
 
-		fresh, err := q.ClaimStale(t.Context(), "b", time.Hour, 100)
+		fresh, err := q.ClaimStale(t.Context(), "b", minIdle, 100)
 		require.NoError(t, err)
 		require.Empty(t, fresh, "not idle long enough")
 
-		// The crashed reader's tickets are idle for 600 ms; b claims 15 of
-		// them, which makes those 15 fresh again; c, asking for tickets
-		// idle for 500 ms, gets the other 25 and none of b's — as long as c
-		// asks within 500 ms of b's claim, which a loaded machine allows
-		// (with 50 ms, a slow round over the cluster's partitions let c take
-		// b's too).
-		time.Sleep(600 * time.Millisecond)
-		some, err := q.ClaimStale(t.Context(), "b", 50*time.Millisecond, 15)
+		// The crashed reader's tickets look idle for twice minIdle; b
+		// claims 15 of them, which makes those 15 fresh again; c gets the
+		// other 25 and none of b's, fresh again for an hour at least.
+		require.Equal(t, 40, agePartitions(t, rdb, q, 8))
+		some, err := q.ClaimStale(t.Context(), "b", minIdle, 15)
 		require.NoError(t, err)
 		require.Len(t, some, 15, "at most count, over every partition")
-		rest, err := q.ClaimStale(t.Context(), "c", 500*time.Millisecond, 100)
+		rest, err := q.ClaimStale(t.Context(), "c", minIdle, 100)
 		require.NoError(t, err)
 		require.Len(t, rest, 25)
 

@@ -364,17 +364,27 @@ func TestAck(t *testing.T) {
 	})
 }
 
-// claimStaleEventually claims for consumer, once tickets idled 50ms, until it gets some.
-func claimStaleEventually(t *testing.T, q *queue.Queue, consumer string, count int) []domain.Delivery {
+// The take-over tests set the tickets' idle times instead of waiting for
+// them: claims take tickets idle for minIdle, and age makes the tickets a
+// test means to be stale look idle for twice that. A ticket the test leaves
+// alone would take an hour to go stale, so a slow machine changes nothing.
+const minIdle = time.Hour
+
+// age makes every ticket that a consumer holds in q's one stream look idle
+// for 2*minIdle, and returns how many it aged.
+func age(t *testing.T, b *testBundle) int {
 	t.Helper()
-	var tickets []domain.Delivery
-	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		got, err := q.ClaimStale(t.Context(), consumer, 50*time.Millisecond, count)
-		require.NoError(c, err)
-		require.NotEmpty(c, got)
-		tickets = got
-	}, 10*time.Second, 20*time.Millisecond)
-	return tickets
+	return testenv.AgePending(t, b.rdb, b.stream, group, 2*minIdle)
+}
+
+// agePartitions is age over the first n partitions of q.
+func agePartitions(t *testing.T, rdb redis.UniversalClient, q *queue.Queue, n int) int {
+	t.Helper()
+	aged := 0
+	for p := range n {
+		aged += testenv.AgePending(t, rdb, q.Key(p), group, 2*minIdle)
+	}
+	return aged
 }
 
 func TestClaimStale(t *testing.T) {
@@ -387,11 +397,13 @@ func TestClaimStale(t *testing.T) {
 		publish(t, q, events)
 		require.Len(t, read(t, q, "crashed", 10), 2)
 
-		fresh, err := q.ClaimStale(t.Context(), "b", time.Hour, 10)
+		fresh, err := q.ClaimStale(t.Context(), "b", minIdle, 10)
 		require.NoError(t, err)
 		require.Empty(t, fresh, "not idle long enough")
 
-		taken := claimStaleEventually(t, q, "b", 10)
+		require.Equal(t, 2, age(t, b))
+		taken, err := q.ClaimStale(t.Context(), "b", minIdle, 10)
+		require.NoError(t, err)
 		require.Len(t, taken, 2)
 		for i, tk := range taken {
 			requireEvent(t, events[i], tk)
@@ -403,9 +415,14 @@ func TestClaimStale(t *testing.T) {
 			require.Equal(t, int64(2), pending[tk.MessageID].RetryCount)
 		}
 		requirePending(t, q, 2)
+		fresh, err = q.ClaimStale(t.Context(), "c", minIdle, 10)
+		require.NoError(t, err)
+		require.Empty(t, fresh, "a claim makes the tickets fresh again")
 
 		// Taken over again, it counts a third delivery.
-		taken = claimStaleEventually(t, q, "c", 1)
+		require.Equal(t, 2, age(t, b))
+		taken, err = q.ClaimStale(t.Context(), "c", minIdle, 1)
+		require.NoError(t, err)
 		require.Len(t, taken, 1, "at most count")
 		require.Equal(t, int64(3), taken[0].Deliveries)
 	})
@@ -421,70 +438,31 @@ func TestClaimStale(t *testing.T) {
 }
 
 // TestTouch: a touch starts a ticket's idle time again, without counting a
-// delivery, so that a claim of the tickets idle as long as an untouched one
-// passes the touched one over. No wall-clock margin: the idle times are
-// compared in one Redis reply, and a claim that took the touched ticket too
-// counts only if Redis's clock shows the test did not stall for longer than
-// the two tickets are apart.
+// delivery, so that a claim of the stale tickets passes the touched one over.
 func TestTouch(t *testing.T) {
 	t.Parallel()
-	const apart = 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		q, b := setup(t)
-		publish(t, q, makeEvents(1, 2))
-		tickets := read(t, q, "a", 10)
-		require.Len(t, tickets, 2)
-		touched, untouched := tickets[0].MessageID, tickets[1].MessageID
-		require.EventuallyWithT(t, func(c *assert.CollectT) {
-			pending := pendingOf(t, b)
-			require.Len(c, pending, 2)
-			for _, p := range pending {
-				require.GreaterOrEqual(c, p.Idle, apart)
-			}
-		}, 10*time.Second, 10*time.Millisecond, "both tickets idle")
-		require.NoError(t, q.Touch(t.Context(), "a", touched))
+	q, b := setup(t)
+	publish(t, q, makeEvents(1, 2))
+	tickets := read(t, q, "a", 10)
+	require.Len(t, tickets, 2)
+	touched, untouched := tickets[0].MessageID, tickets[1].MessageID
+	require.Equal(t, 2, age(t, b))
+	require.NoError(t, q.Touch(t.Context(), "a", touched))
 
-		// One reply, one instant: the touched ticket is the younger by at
-		// least as long as both had idled before the touch.
-		var pending *redis.XPendingExtCmd
-		var clock *redis.TimeCmd
-		_, err := b.rdb.TxPipelined(t.Context(), func(p redis.Pipeliner) error {
-			pending = p.XPendingExt(t.Context(), &redis.XPendingExtArgs{Stream: b.stream, Group: group, Start: "-", End: "+", Count: 10})
-			clock = p.Time(t.Context())
-			return nil
-		})
-		require.NoError(t, err)
-		idle := map[string]time.Duration{}
-		for _, p := range pending.Val() {
-			idle[p.ID] = p.Idle
-			require.Equal(t, "a", p.Consumer)
-			require.Equal(t, int64(1), p.RetryCount, "a touch is not a delivery")
-		}
-		gap := idle[untouched] - idle[touched]
-		require.GreaterOrEqual(t, gap, apart, "the touch started the ticket's idle time again: %v", idle)
-
-		// Claim what idled as long as the untouched ticket had then.
-		taken, err := q.ClaimStale(t.Context(), "b", idle[untouched], 10)
-		require.NoError(t, err)
-		end, err := b.rdb.Time(t.Context()).Result()
-		require.NoError(t, err)
-		owners := pendingOf(t, b)
-		require.Equal(t, "b", owners[untouched].Consumer, "the untouched ticket is taken over")
-		if len(taken) == 1 {
-			require.Equal(t, tickets[1].ID, taken[0].ID)
-			require.Equal(t, "a", owners[touched].Consumer, "the touched ticket stays")
-			return
-		}
-		// The touched ticket went too: only right if it had idled as long as
-		// well by the time of the claim, that is if the claim came gap or
-		// more after the reply above (a stalled test), by Redis's clock.
-		require.Equal(t, []int64{tickets[0].ID, tickets[1].ID}, ticketIDs(taken))
-		stall := end.Sub(clock.Val())
-		require.GreaterOrEqual(t, stall, gap-2*time.Millisecond,
-			"the touched ticket, %v younger, was taken by a claim %v after", gap, stall)
-		require.Less(t, attempt, 5, "stalled for longer than the tickets are apart %d times", attempt)
-		t.Logf("attempt %d: the claim came %v after the idle times, more than the %v between the tickets; again", attempt, stall, gap)
+	pending := pendingOf(t, b)
+	for _, id := range []string{touched, untouched} {
+		require.Equal(t, "a", pending[id].Consumer)
+		require.Equal(t, int64(1), pending[id].RetryCount, "a touch is not a delivery")
 	}
+	require.Less(t, pending[touched].Idle, minIdle, "the touch started the ticket's idle time again")
+	require.GreaterOrEqual(t, pending[untouched].Idle, 2*minIdle)
+
+	taken, err := q.ClaimStale(t.Context(), "b", minIdle, 10)
+	require.NoError(t, err)
+	require.Equal(t, []int64{tickets[1].ID}, ticketIDs(taken), "only the untouched ticket is taken over")
+	owners := pendingOf(t, b)
+	require.Equal(t, "b", owners[untouched].Consumer)
+	require.Equal(t, "a", owners[touched].Consumer, "the touched ticket stays")
 }
 
 func TestPending(t *testing.T) {
