@@ -261,8 +261,10 @@ func TestBaselineConfigSetsEveryField(t *testing.T) {
 	// Left to their defaults on purpose: the consumer's name (host-pid, as
 	// the work role's), metrics and outages (counted and explained in this
 	// process only), tracing (no baseline with tracing.endpoint) and the
-	// live path, which the baseline is without.
-	unset := map[string]bool{"Consumer": true, "Metrics": true, "Outages": true, "TracerProvider": true, "Live": true}
+	// live path, which the baseline is without; the claim interval, half of
+	// claim_idle by default, as the work role leaves it.
+	unset := map[string]bool{"Consumer": true, "Metrics": true, "Outages": true, "TracerProvider": true, "Live": true,
+		"ClaimInterval": true}
 	v := reflect.ValueOf(got)
 	for i := range v.NumField() {
 		name := v.Type().Field(i).Name
