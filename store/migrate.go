@@ -368,7 +368,9 @@ func quoteIdent(name string) string {
 }
 
 // retry runs step until it succeeds, fails otherwise than by a lock timeout,
-// or has been retried for RetryFor.
+// or has been retried for RetryFor — at least once: a first attempt may
+// take longer than RetryFor on a slow machine, and one lock timeout is
+// always worth one more try.
 func (s *migrateSession) retry(ctx context.Context, step func() error) error {
 	start := time.Now()
 	wait := backoff.Doubling{Min: migrateMinBackoff, Max: migrateMaxBackoff}
@@ -379,7 +381,7 @@ func (s *migrateSession) retry(ctx context.Context, step func() error) error {
 			return err
 		}
 		spent := time.Since(start)
-		if s.opts.RetryFor < 0 || spent+delay > s.opts.RetryFor {
+		if s.opts.RetryFor < 0 || attempt > 1 && spent+delay > s.opts.RetryFor {
 			return fmt.Errorf("gave up after %s in %s: %w", attempts(attempt), spent.Round(time.Millisecond), err)
 		}
 		if !backoff.Sleep(ctx, delay) {
