@@ -23,7 +23,7 @@ REDOCLY_DIR := $(TOOLS_CACHE)/redocly-$(REDOCLY_VERSION)
 REDOCLY := $(REDOCLY_DIR)/node_modules/.bin/redocly
 
 # How long `make test` fuzzes each target; `make fuzz` runs longer.
-FUZZ_TIME_CI := 10s
+FUZZ_TIME_CI := 5s
 
 .PHONY: help run reset test test-short model fuzz build build-bench image services lint spec-lint monitoring-check bench bench-cluster clean
 
@@ -66,8 +66,7 @@ test: SERVICES_FLAGS = --tests --cc --browser --node --promtool
 test: export NEWSFEED_TEST_BROWSER = required
 test: export NEWSFEED_TEST_PROMTOOL = required
 test: APPLY_DELAY = 2s
-test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: make test-short's tests, lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, live, API, e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
-	$(TEST_SHORT)
+test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the model-based feed test in full, the feed, queue, live, API, e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
 	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
 	go test -count=1 -timeout 5m -run '^TestFeedModel$$' -v ./api/
 	@# The cluster and the replica are shared: once more, after the minutes above,
@@ -81,8 +80,8 @@ test: services lint spec-lint monitoring-check cluster-up ## everything CI runs:
 		go test -count=1 -timeout 10m -run '^(TestRedisPrimaryKilledMidFanout|TestReshardUnderLoad)$$' -v ./e2e/
 	scripts/fuzz.sh $(FUZZ_TIME_CI)
 
-# make test-short's tests, which make test runs first too: so that the inner
-# loop's own mode (-short, -parallel 8) is checked where CI checks everything.
+# make test-short's tests: the inner loop, in its own mode (-short,
+# -parallel 8). make test runs every test in full instead.
 TEST_SHORT = go test -short -count=1 -timeout 5m -parallel 8 $$(go list ./... | grep -v /e2e)
 
 # The integration tests mostly wait (on PostgreSQL, Redis, a worker's
