@@ -188,6 +188,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 
 	s.Store = store.New(s.Primary, s.Read)
+	s.registry = prometheus.NewRegistry()
 	feeds := feed.Config{
 		Prefix:   cfg.Redis.Prefix,
 		MaxLen:   cfg.Feed.MaxLen,
@@ -200,6 +201,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
 		Logger:             log.Named("feed"),
+		Registerer:         s.registry, // reads count what they filter
 	}
 	// The API's writes to feeds are a head start that the events' fan-out
 	// does again: only the workers wait for replicas (redis.wait_replicas).
@@ -208,6 +210,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 	feeds.WaitReplicas, feeds.WaitTimeout = cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout
 	feeds.RebuildWait = cfg.Feed.RebuildWait
+	feeds.Registerer = nil // the workers' feeds read nothing
 	if s.fanoutFeeds, err = feed.New(rdb, s.Store, feeds); err != nil {
 		return nil, err
 	}
@@ -223,7 +226,6 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		return nil, fmt.Errorf("queue.partitions: %w", err)
 	}
 
-	s.registry = prometheus.NewRegistry()
 	s.registry.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
