@@ -310,7 +310,7 @@ func TestWebAppServedWithoutDev(t *testing.T) {
 	}
 	resp, body := get("/")
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	require.Contains(t, body, `<body data-dev="false">`)
+	require.Contains(t, body, `<body data-dev="false" data-max-chars="1000">`, "posts.max_chars's default")
 	resp, _ = get("/assets/app.js")
 	require.Equal(t, "text/javascript; charset=utf-8", resp.Header.Get("Content-Type"))
 
