@@ -149,6 +149,20 @@ func refuse(status int, code, message string) func(http.ResponseWriter, func()) 
 	}
 }
 
+// refuseAfter is refuse with a Retry-After header.
+func refuseAfter(status int, code, message, retryAfter string) func(http.ResponseWriter, func()) {
+	return func(w http.ResponseWriter, flush func()) {
+		w.Header().Set("Retry-After", retryAfter)
+		refuse(status, code, message)(w, flush)
+	}
+}
+
+// textMatches is an expression true when the text of the element the CSS
+// selector finds matches the JavaScript regular expression re.
+func textMatches(css, re string) string {
+	return fmt.Sprintf(`new RegExp(%s).test(document.querySelector(%s)?.textContent ?? '')`, browser.JS(re), browser.JS(css))
+}
+
 func postEvent(id int, body string) string {
 	data, _ := json.Marshal(map[string]any{"id": id, "author_id": 9, "body": body, "created_at": "2026-12-01T09:00:00Z"})
 	return fmt.Sprintf("event: post\nid: %d\ndata: %s\n\n", id, data)
@@ -201,18 +215,39 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 	page.Click(`#nav a[data-view="feed"]`)
 	page.WaitFor("the post back after the feed was read again", `document.querySelector('#feed > li[data-id="3"]') !== null`)
 
-	// The stream alone refuses (over the per-user limit, say): EventSource
-	// gives up without saying why; the page asks, and shows the message.
+	// The stream alone refuses (over the per-user limit, say), saying when
+	// to come back: EventSource gives up without saying why; the page asks,
+	// tells the reader in plain words (the server's speak of configuration
+	// keys, to operators), counts down, and waits as long as Retry-After
+	// says: longer than it would wait by itself (2 s after a connection
+	// that was open).
 	close(hold)
-	s.next(t).answer <- refuse(http.StatusTooManyRequests, "too_many_streams", "at most 5 streams per user")
-	s.next(t).answer <- refuse(http.StatusTooManyRequests, "too_many_streams", "at most 5 streams per user") // the page's own look
-	page.WaitFor("the refusal's message", `document.getElementById('live-state').textContent.startsWith(
-		'Live updates paused: at most 5 streams per user; trying again in ')`)
+	const tooMany = "you have as many live streams open as you may (stream.max_per_user); close one, or try again in 3 s"
+	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
+	refused := time.Now() // before the page can have read the refusal
+	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3") // the page's own look
+	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
+		`^Live updates paused, retrying in 3 s\. Too many of your tabs or windows are live at once\.$`))
+	page.Screenshot("live-updates-paused.png")
+	page.WaitFor("the count down", textMatches("#live-state", `^Live updates paused, retrying in 1 s\. `))
 
-	// It tries again later, resuming from the newest post it shows.
+	// It tries again once Retry-After has passed, resuming from the newest
+	// post it shows.
 	third := s.next(t)
+	waited := time.Since(refused)
+	require.GreaterOrEqual(t, waited, 3*time.Second, "the page came back %s after a Retry-After of 3 s", waited)
 	require.Equal(t, "6", third.queryID, "a new connection resumes from the newest post shown")
-	third.answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
+
+	// The server is full: the same, in other words, for as long as it says.
+	third.answer <- refuseAfter(http.StatusServiceUnavailable, "unavailable",
+		"this server holds as many live streams as it may; try again later", "1")
+	s.next(t).answer <- refuseAfter(http.StatusServiceUnavailable, "unavailable",
+		"this server holds as many live streams as it may; try again later", "1")
+	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
+		`^Live updates paused, retrying in 1 s\. The server is busy\.$`))
+
+	fourth := s.next(t)
+	fourth.answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
 	s.next(t).answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
 	page.WaitFor("the sign-in form, with the reason", `!document.getElementById('sign-in').hidden &&
 		document.getElementById('sign-in-error').textContent === 'The server refused the token (missing or invalid bearer token). Sign in again.'`)
