@@ -29,6 +29,7 @@ type streamServer struct {
 	closing     chan struct{} // the test ended: held connections let go
 	mu          sync.Mutex
 	feedReads   int
+	feed        func() []any // the items of GET /v1/feed; nil: firstPost alone
 }
 
 // streamConn is one request for the stream, held until the test answers.
@@ -58,8 +59,12 @@ func newStreamServer(t *testing.T) *streamServer {
 	mux.HandleFunc("GET /v1/feed", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		s.feedReads++
+		items := []any{firstPost}
+		if s.feed != nil {
+			items = s.feed()
+		}
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"items": []any{firstPost}, "next_cursor": nil})
+		writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_cursor": nil})
 	})
 	mux.HandleFunc("PUT /v1/following/{id}", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -138,6 +143,26 @@ func (s *streamServer) events(hold <-chan struct{}, evs ...string) func(http.Res
 			select {
 			case <-hold:
 			case <-s.closing:
+			}
+		}
+	}
+}
+
+// eventsFrom starts a stream and writes each event it receives from evs,
+// as it comes, until the test ends.
+func (s *streamServer) eventsFrom(evs <-chan string) func(http.ResponseWriter, func()) {
+	return func(w http.ResponseWriter, flush func()) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "retry: 50\n\n")
+		flush()
+		for {
+			select {
+			case ev := <-evs:
+				fmt.Fprint(w, ev)
+				flush()
+			case <-s.closing:
+				return
 			}
 		}
 	}
@@ -224,7 +249,7 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 	close(hold)
 	const tooMany = "you have as many live streams open as you may (stream.max_per_user); close one, or try again in 3 s"
 	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
-	refused := time.Now() // before the page can have read the refusal
+	refused := time.Now()                                                                     // before the page can have read the refusal
 	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3") // the page's own look
 	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
 		`^Live updates paused, retrying in 3 s\. Too many of your tabs or windows are live at once\.$`))
