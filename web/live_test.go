@@ -249,8 +249,9 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 	close(hold)
 	const tooMany = "you have as many live streams open as you may (stream.max_per_user); close one, or try again in 3 s"
 	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
-	refused := time.Now()                                                                     // before the page can have read the refusal
-	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3") // the page's own look
+	// The page's own look, which it waits from: after this moment.
+	refused := time.Now()
+	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
 	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
 		`^Live updates paused, retrying in 3 s\. Too many of your tabs or windows are live at once\.$`))
 	page.Screenshot("live-updates-paused.png")
