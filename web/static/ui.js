@@ -85,6 +85,7 @@ export function userLink(userId, me) {
 // cancels). It resolves to true when confirmed.
 export function confirmAction({ title, text, confirm }) {
   const dialog = document.getElementById('confirm');
+  if (dialog.open) return Promise.resolve(false); // one question at a time
   document.getElementById('confirm-title').textContent = title;
   document.getElementById('confirm-text').textContent = text;
   const yes = document.getElementById('confirm-yes');
