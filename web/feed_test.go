@@ -2,6 +2,7 @@ package web_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -149,5 +150,59 @@ func TestLivePostsWaitBehindABar(t *testing.T) {
 	browser.Eval[bool](page, `(window.scrollTo(0, 0), true)`)
 	page.WaitFor("the waiting post on top", `document.querySelector('#feed > li:first-child').dataset.id === '105' &&
 		document.getElementById('feed-new').hidden`)
+	page.RequireNoExceptions()
+}
+
+func repostEvent(id, by int, original map[string]any) string {
+	data, _ := json.Marshal(map[string]any{"id": id, "author_id": by, "created_at": "2026-12-01T09:00:00Z", "repost_of": original})
+	return fmt.Sprintf("event: post\nid: %d\ndata: %s\n\n", id, data)
+}
+
+// TestEachPostShowsOnce: a repost shows as "Reposted by" above the post it
+// reposts, and a post shows once however many entries bring it: as the
+// entry with the lowest id, as the API's feed does, the next one taking
+// its place when it goes.
+func TestEachPostShowsOnce(t *testing.T) {
+	b := browser.Start(t)
+	s := newStreamServer(t)
+	original := post(3, "2026-12-01T08:00:00Z")
+	s.setFeed(func() []any {
+		return []any{map[string]any{"id": 10, "author_id": 8, "created_at": "2026-12-01T08:30:00Z", "repost_of": original}}
+	})
+	page := signedIn(t, b, s)
+	evs := make(chan string)
+	s.next(t).answer <- s.eventsFrom(evs)
+	page.WaitFor("the feed, live", `document.querySelectorAll('#feed > li').length === 1 &&
+		document.getElementById('live-state').dataset.state === 'live'`)
+	entry := `document.querySelector('#feed > li:first-child')`
+	require.Equal(t, "Reposted by User 8 · 5 d", browser.Eval[string](page, entry+`.querySelector('.reposted').textContent`))
+	require.Equal(t, "User 9", browser.Eval[string](page, entry+`.querySelector('.author').textContent`))
+	require.Equal(t, "post 3", browser.Eval[string](page, entry+`.querySelector('.body').textContent`))
+	require.Equal(t, "#user/8", browser.Eval[string](page, entry+`.querySelector('.reposted a').getAttribute('href')`),
+		"the reposter's name opens their page")
+	require.Equal(t, "#user/9", browser.Eval[string](page, entry+`.querySelector('.author a').getAttribute('href')`))
+	require.Equal(t, "Repost", browser.Eval[string](page, entry+`.querySelector('button.repost').textContent`))
+	require.Equal(t, []string{"Mute user 9", "Block user 9", "Mute user 8", "Block user 8"},
+		browser.Eval[[]string](page, `[...document.querySelectorAll('#feed > li:first-child .menu-items button')].map(b => b.textContent)`),
+		"the menu names both authors")
+	page.Screenshot("a-repost.png")
+
+	// Another repost of the same post, later: not shown again.
+	evs <- repostEvent(12, 6, original)
+	evs <- postEvent(13, "a marker, after it")
+	page.WaitFor("the marker", `document.querySelector('#feed > li:first-child').dataset.id === '13'`)
+	require.Equal(t, []int{13, 10}, feedIDs(page), "the post once, as the first entry that brought it")
+
+	// The shown one goes; the server sends the next one, which shows.
+	evs <- "event: remove\ndata: {\"id\": 10}\n\n"
+	evs <- repostEvent(12, 6, original)
+	page.WaitFor("the next repost in its place", `document.querySelector('#feed > li[data-id="12"] .reposted')?.textContent.startsWith('Reposted by User 6')`)
+	require.Equal(t, []int{13, 12}, feedIDs(page))
+
+	// The post itself, earlier than any repost of it, takes the place.
+	evs <- postEvent(3, "post 3")
+	page.WaitFor("the post itself", `document.querySelector('#feed > li[data-id="3"]') !== null`)
+	require.Equal(t, []int{13, 3}, feedIDs(page))
+	require.Empty(t, browser.Eval[string](page, `document.querySelector('#feed > li[data-id="3"] .reposted')?.textContent ?? ''`))
 	page.RequireNoExceptions()
 }
