@@ -20,7 +20,9 @@ CREATE TABLE IF NOT EXISTS posts (
     created_at      timestamptz NOT NULL DEFAULT now(),
     deleted_at      timestamptz,
     -- Idempotency-Key of the request that created the post, unique per author.
-    idempotency_key text        CHECK (length(idempotency_key) <= 255)
+    idempotency_key text        CHECK (length(idempotency_key) <= 255),
+    -- A repost: the id of the original it reposts (its body is empty).
+    repost_of       bigint
 );
 ALTER SEQUENCE posts_id_seq OWNED BY posts.id;
 
@@ -30,6 +32,13 @@ CREATE INDEX IF NOT EXISTS posts_author_id_idx ON posts (author_id, id DESC) WHE
 CREATE INDEX IF NOT EXISTS posts_author_deleted_idx ON posts (author_id, id DESC) WHERE deleted_at IS NOT NULL;
 CREATE UNIQUE INDEX IF NOT EXISTS posts_idempotency_key_idx ON posts (author_id, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
+-- The reposts of a post, oldest first: which entry of a home feed shows an
+-- original (the first), and what its delete deletes.
+CREATE INDEX IF NOT EXISTS posts_repost_of_idx ON posts (repost_of, id)
+    WHERE repost_of IS NOT NULL AND deleted_at IS NULL;
+-- One live repost of a post per user.
+CREATE UNIQUE INDEX IF NOT EXISTS posts_one_repost_idx ON posts (author_id, repost_of)
+    WHERE repost_of IS NOT NULL AND deleted_at IS NULL;
 
 CREATE TABLE IF NOT EXISTS follows (
     follower_id bigint      NOT NULL CHECK (follower_id > 0),
@@ -128,3 +137,25 @@ CREATE TABLE IF NOT EXISTS graph_versions (
     user_id bigint PRIMARY KEY,
     version bigint NOT NULL
 );
+
+-- Mutes and blocks: who hides whom in their home feed. A change takes the
+-- next version of the graph of each user whose feed it changes.
+CREATE TABLE IF NOT EXISTS mutes (
+    user_id    bigint      NOT NULL CHECK (user_id > 0),
+    muted_id   bigint      NOT NULL CHECK (muted_id > 0),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (user_id, muted_id),
+    CHECK (user_id <> muted_id)
+);
+CREATE INDEX IF NOT EXISTS mutes_listing_idx ON mutes (user_id, created_at DESC, muted_id DESC);
+
+CREATE TABLE IF NOT EXISTS blocks (
+    blocker_id bigint      NOT NULL CHECK (blocker_id > 0),
+    blocked_id bigint      NOT NULL CHECK (blocked_id > 0),
+    created_at timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (blocker_id, blocked_id),
+    CHECK (blocker_id <> blocked_id)
+);
+CREATE INDEX IF NOT EXISTS blocks_listing_idx ON blocks (blocker_id, created_at DESC, blocked_id DESC);
+-- Who blocks a user: a block hides both ways.
+CREATE INDEX IF NOT EXISTS blocks_blocked_idx ON blocks (blocked_id, blocker_id);

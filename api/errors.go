@@ -51,6 +51,9 @@ var domainErrors = []struct {
 	{domain.ErrNotFound, newError(http.StatusNotFound, "not_found", "no such post")},
 	{domain.ErrForbidden, newError(http.StatusForbidden, "forbidden", "only the author may do that")},
 	{domain.ErrSelfFollow, newError(http.StatusUnprocessableEntity, "cannot_follow_self", "you cannot follow yourself")},
+	{domain.ErrSelfRelation, newError(http.StatusUnprocessableEntity, "invalid_argument", "you cannot mute or block yourself")},
+	{domain.ErrOwnPost, newError(http.StatusUnprocessableEntity, "invalid_argument", "you cannot repost your own post")},
+	{domain.ErrBlocked, newError(http.StatusForbidden, "forbidden", "a block stands between you and this user")},
 }
 
 // echoStatusCodes maps the errors echo itself raises (routing, method).

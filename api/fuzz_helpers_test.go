@@ -230,6 +230,7 @@ type fuzzState struct {
 	follows                     int64
 	followsSum, countsSum       string
 	pulled                      int64
+	relations                   int64 // mutes and blocks
 	redisWrites                 int64
 }
 
@@ -242,13 +243,14 @@ const fuzzStateSQL = `SELECT
     (SELECT count(*) FROM follows),
     (SELECT coalesce(md5(string_agg(follower_id || '>' || followee_id || '@' || created_at, ',' ORDER BY followee_id, follower_id)), '') FROM follows),
     (SELECT coalesce(md5(string_agg(user_id || ':' || followers || ':' || pulled, ',' ORDER BY user_id)), '') FROM follower_counts),
-    (SELECT count(*) FROM pulled_posts)`
+    (SELECT count(*) FROM pulled_posts),
+    (SELECT count(*) FROM mutes) + (SELECT count(*) FROM blocks)`
 
 func (env *fuzzEnv) state(tb testing.TB) fuzzState {
 	tb.Helper()
 	var s fuzzState
 	if err := env.pool.QueryRow(context.Background(), fuzzStateSQL).Scan(&s.posts, &s.livePosts, &s.maxPostID,
-		&s.outbox, &s.maxOutboxID, &s.follows, &s.followsSum, &s.countsSum, &s.pulled); err != nil {
+		&s.outbox, &s.maxOutboxID, &s.follows, &s.followsSum, &s.countsSum, &s.pulled, &s.relations); err != nil {
 		tb.Fatalf("read the database state: %v", err)
 	}
 	s.redisWrites, _ = env.writes.count()

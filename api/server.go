@@ -5,6 +5,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
@@ -29,8 +30,13 @@ import (
 // Posts is the posts side of the store.
 type Posts interface {
 	CreatePost(ctx context.Context, authorID int64, body, key string) (domain.Post, bool, error)
+	// CreateRepost reposts an original; created is false when the user
+	// had reposted it already.
+	CreateRepost(ctx context.Context, userID, originalID int64) (domain.Post, bool, error)
 	Post(ctx context.Context, id int64) (domain.Post, error)
-	DeletePost(ctx context.Context, id, authorID int64) error
+	// DeletePostAndReposts deletes a post and its reposts, and returns
+	// the reposts' ids.
+	DeletePostAndReposts(ctx context.Context, id, authorID int64) ([]int64, error)
 	AuthorPosts(ctx context.Context, authorID, before int64, limit int) ([]domain.Post, error)
 }
 
@@ -42,6 +48,17 @@ type Graph interface {
 	Unfollow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error)
 	Followers(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 	Following(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
+	// Mute, Unmute, Block and Unblock change a relation and return the
+	// hide states it left (and the follows a block removed), with the
+	// versions they took.
+	Mute(ctx context.Context, user, other int64) (domain.RelationChange, error)
+	Unmute(ctx context.Context, user, other int64) (domain.RelationChange, error)
+	Block(ctx context.Context, user, other int64) (domain.RelationChange, error)
+	Unblock(ctx context.Context, user, other int64) (domain.RelationChange, error)
+	Mutes(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
+	Blocks(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
+	// Blocked reports whether a block stands between a and b, either way.
+	Blocked(ctx context.Context, a, b int64) (bool, error)
 }
 
 // Feeds reads home feeds and keeps them right after follows and deletes.
@@ -50,6 +67,14 @@ type Feeds interface {
 	// ApplyFollow applies a follow state to the follower's feed unless a
 	// newer one is there (applied is false then).
 	ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error)
+	// ApplyHide applies a hide state (a mute, a block) to the reader's
+	// feed unless a newer one is there.
+	ApplyHide(ctx context.Context, st domain.HideState) (applied bool, err error)
+	// Hides returns the users whose entries reader's feed hides; known is
+	// false when Redis does not hold the feed.
+	Hides(ctx context.Context, reader int64) (hides []int64, known bool, err error)
+	// PushOwn puts a new post or repost into its author's own feed.
+	PushOwn(ctx context.Context, e domain.Entry) error
 	// MarkGraphChange marks a change of userID's graph in flight, from
 	// before its commit until unmark is called after its application, so
 	// that reads do not show it half applied.
@@ -65,6 +90,8 @@ type Feeds interface {
 type FollowChanges interface {
 	Followed(ctx context.Context, follower, followee int64)
 	Unfollowed(ctx context.Context, follower, followee int64)
+	// Hid: what the feeds of readers hide changed.
+	Hid(ctx context.Context, readers []int64)
 }
 
 // Outages is what the process knows of its dependencies' outages
@@ -156,6 +183,13 @@ func New(posts Posts, graph Graph, feeds Feeds, cfg Config) (*echo.Echo, error) 
 	e.GET("/v1/users/:id/following", s.following, auth, strictQuery)
 	e.GET("/v1/users/:id/posts", s.userPosts, auth, strictQuery)
 	e.GET("/v1/feed", s.homeFeed, auth, strictQuery)
+	e.POST("/v1/posts/:id/reposts", s.createRepost, auth, strictQuery, limitPosts)
+	e.PUT("/v1/mutes/:user_id", s.mute, auth, strictQuery)
+	e.DELETE("/v1/mutes/:user_id", s.unmute, auth, strictQuery)
+	e.GET("/v1/mutes", s.mutes, auth, strictQuery)
+	e.PUT("/v1/blocks/:user_id", s.block, auth, strictQuery)
+	e.DELETE("/v1/blocks/:user_id", s.unblock, auth, strictQuery)
+	e.GET("/v1/blocks", s.blocks, auth, strictQuery)
 	e.GET(streamRoute, s.feedStream, streamAuth(cfg.Secret), strictQuery)
 	s.mountApp(e)
 	routing.NoDeeperPaths(e)
@@ -208,8 +242,18 @@ func (s *Server) createPost(c echo.Context) error {
 		return c.JSON(http.StatusOK, post)
 	}
 	s.cfg.OutboxWrittenFunc()
+	s.pushOwn(c, post)
 	c.Response().Header().Set("Location", "/v1/posts/"+strconv.FormatInt(post.ID, 10))
 	return c.JSON(http.StatusCreated, post)
+}
+
+// pushOwn puts a new post or repost into its author's own feed before the
+// 201: they read it from then on. If Redis cannot take it, reads come from
+// PostgreSQL, which has it, and the fan-out pushes it when Redis is back.
+func (s *Server) pushOwn(c echo.Context, post domain.Post) {
+	if err := s.feeds.PushOwn(c.Request().Context(), domain.Entry{PostID: post.ID, AuthorID: post.AuthorID}); err != nil {
+		s.degraded(c, "cannot put the post into its author's feed yet; its fan-out will", err, zap.Int64("post_id", post.ID))
+	}
 }
 
 // createInTransaction creates the post in its span, the parent of the
@@ -231,8 +275,12 @@ func (s *Server) getPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	post, err := s.posts.Post(c.Request().Context(), id)
+	ctx := c.Request().Context()
+	post, err := s.posts.Post(ctx, id)
 	if err != nil {
+		return err
+	}
+	if err := s.notBlocked(ctx, userID(c), post); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, post)
@@ -259,18 +307,23 @@ func (s *Server) deletePost(c echo.Context) error {
 	if err != nil {
 		logctx.From(ctx, s.log).Debug("cannot mark the delete in flight", zap.Error(err))
 	}
-	if err := s.posts.DeletePost(ctx, id, me); err != nil {
+	reposts, err := s.posts.DeletePostAndReposts(ctx, id, me)
+	if err != nil {
 		undo()
 		return err
 	}
 	s.wrote(c)
 	s.cfg.OutboxWrittenFunc()
 	failpoint.Hit(ctx, failpoint.AfterCommit)
-	// Hide it from reads now; the post.deleted event also removes it from
-	// every feed, and repeats this if it fails here (the mark expires
-	// meanwhile, and reads ask PostgreSQL until then).
-	if err := s.feeds.ForgetPost(ctx, id); err != nil {
-		s.degraded(c, "cannot hide deleted post yet; its event will", err, zap.Int64("post_id", id))
+	// Hide it, and its reposts, which went with it, from reads now; each
+	// post.deleted event also removes its post from every feed, and
+	// repeats this if it fails here (the mark expires meanwhile, and
+	// reads ask PostgreSQL until then).
+	for _, gone := range append([]int64{id}, reposts...) {
+		if err := s.feeds.ForgetPost(ctx, gone); err != nil {
+			s.degraded(c, "cannot hide deleted post yet; its event will", err, zap.Int64("post_id", gone))
+			break
+		}
 	}
 	return c.NoContent(http.StatusNoContent)
 }
@@ -310,6 +363,10 @@ func (s *Server) changeFollow(c echo.Context, follow bool) error {
 		logctx.From(ctx, s.log).Debug("cannot mark the graph change in flight", zap.Error(err))
 	}
 	ch, err := change(ctx, me, followee)
+	if errors.Is(err, domain.ErrBlocked) {
+		unmark()
+		return newError(http.StatusForbidden, "forbidden", "you cannot follow this user: a block stands between you")
+	}
 	if err != nil {
 		unmark()
 		return err
@@ -358,6 +415,11 @@ func (s *Server) listFollows(c echo.Context, list listFollowsFunc) error {
 	if err != nil {
 		return err
 	}
+	return s.listFollowsOf(c, id, list)
+}
+
+// listFollowsOf answers a page of id's edges that list reads.
+func (s *Server) listFollowsOf(c echo.Context, id int64, list listFollowsFunc) error {
 	limit, err := queryLimit(c)
 	if err != nil {
 		return err
@@ -388,11 +450,29 @@ func (s *Server) userPosts(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	posts, err := s.reads(c).AuthorPosts(c.Request().Context(), id, before, limit+1)
+	ctx, me := c.Request().Context(), userID(c)
+	if id != me {
+		if blocked, err := s.graph.Blocked(ctx, me, id); err != nil {
+			return err
+		} else if blocked {
+			return errUserNotThere
+		}
+	}
+	posts, err := s.reads(c).AuthorPosts(ctx, id, before, limit+1)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, postPage(domain.FeedPage{Posts: posts}, limit))
+	// Reposts of posts whose author and the caller block each other are
+	// not shown either (the page may come out shorter; its cursor holds).
+	next := int64(0)
+	if len(posts) > limit {
+		next = posts[limit-1].ID
+		posts = posts[:limit]
+	}
+	if posts, err = s.withoutBlocked(ctx, me, posts); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, postPage(domain.FeedPage{Posts: posts, Next: next}, limit))
 }
 
 func (s *Server) homeFeed(c echo.Context) error {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
@@ -223,12 +224,14 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	switch ev.Kind {
 	case domain.LivePost:
-		if st.unfollowed[ev.Post.AuthorID] {
-			return nil
-		}
-		return st.sendPosts([]domain.Post{ev.Post})
+		return st.announced(ctx, ev.Post)
 	case domain.LiveRemove:
-		return st.sendRemoves([]int64{ev.PostID})
+		if err := st.sendRemoves([]int64{ev.PostID}); err != nil || ev.PostID > st.high {
+			return err
+		}
+		// The entry may have shown an original that another entry (a
+		// later repost) shows now.
+		return st.resync(ctx)
 	case domain.LiveFollowed:
 		delete(st.unfollowed, ev.AuthorID)
 		clear(st.removed) // a post removed by an unfollow may come back
@@ -240,7 +243,7 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 		posts, err := st.s.posts.AuthorPosts(ctx, ev.AuthorID, 0, unfollowRemovals)
 		if err != nil {
 			logctx.From(ctx, st.s.log).Debug("stream cannot list an unfollowed author's posts", zap.Error(err))
-			return nil
+			return st.resync(ctx)
 		}
 		// Only what the client may hold: a post newer than any sent never
 		// reached it.
@@ -250,11 +253,92 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 				ids = append(ids, p.ID)
 			}
 		}
-		return st.sendRemoves(ids)
+		if err := st.sendRemoves(ids); err != nil {
+			return err
+		}
+		return st.resync(ctx) // a repost by someone else may show now
+	case domain.LiveResync:
+		return st.resync(ctx)
 	case domain.LiveCatchUp:
 		return st.catchUp(ctx, catchUpPage)
 	}
 	return nil
+}
+
+// announced sends a post that a fan-out put into the feed, if the feed
+// shows it: not when the reader hides its author (their feed keeps it), and
+// a repost only if its original shows through no earlier entry — which
+// the feed's read knows, so a repost is sent by a catch-up.
+func (st *stream) announced(ctx context.Context, p domain.Post) error {
+	author, original, ok := p.Authors()
+	if ok && st.unfollowed[author] {
+		return nil
+	}
+	if !ok || original != 0 {
+		return st.catchUp(ctx, catchUpPage)
+	}
+	hides, known, err := st.s.feeds.Hides(ctx, st.me)
+	if err != nil || !known {
+		return st.catchUp(ctx, catchUpPage) // the read rebuilds the feed, and knows
+	}
+	if _, hidden := slices.BinarySearch(hides, author); hidden {
+		return nil
+	}
+	return st.sendPosts([]domain.Post{p})
+}
+
+// resync reads the top of the feed again, down to the oldest post the
+// client holds from this stream (at most catchUpMax posts), and makes the
+// client's view match it: a remove for each post it holds that the feed no
+// longer shows (a mute, a block, an unfollow, a delete), then, oldest
+// first, each post the feed shows that it does not hold (above the floor,
+// or brought back: an unmute, a repost that shows now).
+func (st *stream) resync(ctx context.Context) error {
+	lowest := int64(math.MaxInt64)
+	for id := range st.sent {
+		lowest = min(lowest, id)
+	}
+	shown := make(map[int64]bool)
+	var back []domain.Post
+	last, end, read := int64(math.MaxInt64), false, 0
+	for before := int64(0); read < catchUpMax; {
+		p, err := st.s.feeds.Read(ctx, st.me, before, catchUpPage)
+		if err != nil {
+			logctx.From(ctx, st.s.log).Debug("stream cannot read its feed", zap.Error(err))
+			return nil // the next catch-up tries again
+		}
+		for _, post := range p.Posts {
+			shown[post.ID] = true
+			last = post.ID
+			read++
+			if !st.sent[post.ID] && (post.ID > st.floor || st.removed[post.ID]) {
+				back = append(back, post)
+			}
+		}
+		if p.Next == 0 || len(p.Posts) == 0 {
+			end = true
+			break
+		}
+		if last <= lowest && last <= st.floor {
+			break
+		}
+		before = p.Next
+	}
+	var gone []int64
+	for id := range st.sent {
+		if !shown[id] && (end || id > last) {
+			gone = append(gone, id)
+		}
+	}
+	slices.Sort(gone)
+	if err := st.sendRemoves(gone); err != nil {
+		return err
+	}
+	for _, p := range back {
+		delete(st.removed, p.ID)
+	}
+	slices.Reverse(back)
+	return st.sendPosts(back)
 }
 
 // startAtNewest starts a stream without a resume point at the feed's newest

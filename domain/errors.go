@@ -11,6 +11,12 @@ var (
 	ErrForbidden = errors.New("forbidden")
 	// ErrSelfFollow: a user tries to follow themselves.
 	ErrSelfFollow = errors.New("cannot follow yourself")
+	// ErrSelfRelation: a user tries to mute or block themselves.
+	ErrSelfRelation = errors.New("cannot mute or block yourself")
+	// ErrOwnPost: a user tries to repost their own post.
+	ErrOwnPost = errors.New("cannot repost your own post")
+	// ErrBlocked: a follow while a block stands between the two users.
+	ErrBlocked = errors.New("a block stands between these users")
 )
 
 // ErrUnavailable marks an error of a dependency that is not ready to take

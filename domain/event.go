@@ -12,6 +12,8 @@ const (
 	PostDeleted   = "post.deleted"
 	FollowCreated = "follow.created"
 	FollowDeleted = "follow.deleted"
+	// RelationChanged: a mute, unmute, block or unblock between two users.
+	RelationChanged = "relation.changed"
 	// FanoutChunk is one chunk of a big post.created fan-out: the
 	// followers in (After, Until] of one post.
 	FanoutChunk = "fanout.chunk"
@@ -113,6 +115,12 @@ func (e Event) Aggregate() (a Aggregate, ok bool) {
 			return Aggregate{}, false
 		}
 		return Aggregate{Type: "user", ID: p.FollowerID}, true
+	case RelationChanged:
+		var p RelationPayload
+		if json.Unmarshal(e.Payload, &p) != nil || p.UserID == 0 {
+			return Aggregate{}, false
+		}
+		return Aggregate{Type: "user", ID: p.UserID}, true
 	}
 	return Aggregate{}, false
 }

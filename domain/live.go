@@ -20,6 +20,11 @@ const (
 	// interrupted, or the reader's follows are not known here): read the
 	// top of the feed again for what was not sent.
 	LiveCatchUp
+	// LiveResync says entries of the reader's feed may have left it or come
+	// into it (a mute, a block, or their undoing; a post gone whose
+	// repost shows now): read the top of the feed again, send a remove for
+	// what was sent and left, and what shows and was not sent.
+	LiveResync
 )
 
 // LiveEvent is one change of a connected reader's home feed, as the live

@@ -7,10 +7,14 @@ import (
 
 // Post is a post as the API and the feeds show it.
 type Post struct {
-	ID        int64     `json:"id"`
-	AuthorID  int64     `json:"author_id"`
-	Body      string    `json:"body"`
+	ID       int64 `json:"id"`
+	AuthorID int64 `json:"author_id"`
+	// Body is empty on a repost (and left out of its JSON): a post's
+	// body never is.
+	Body      string    `json:"body,omitempty"`
 	CreatedAt time.Time `json:"created_at"`
+	// RepostOf is the original a repost reposts; nil on a post.
+	RepostOf *Post `json:"repost_of,omitempty"`
 
 	// JSON, when set, is the post already encoded — as a cache held it — and
 	// is written out as it is, so that a feed page does not decode and encode
@@ -27,6 +31,17 @@ func (p Post) MarshalJSON() ([]byte, error) {
 		return p.JSON, nil
 	}
 	return json.Marshal(postJSON(p))
+}
+
+// IsRepost reports whether p reposts another post.
+func (p Post) IsRepost() bool { return p.RepostOf != nil }
+
+// OriginalID is the id of the post p shows: its own, or its original's.
+func (p Post) OriginalID() int64 {
+	if p.RepostOf != nil {
+		return p.RepostOf.ID
+	}
+	return p.ID
 }
 
 // FeedPage is one page of a home feed.
@@ -57,4 +72,29 @@ type PushResult struct {
 	// Missing are the followers whose feed is not in Redis: their next
 	// read rebuilds it from PostgreSQL.
 	Missing []int64
+}
+
+// Authors returns the post's author and, for a repost, its original's (0
+// for a post), decoding the cached JSON when that is all the post holds.
+// ok is false when that JSON does not decode.
+func (p Post) Authors() (author, original int64, ok bool) {
+	if p.JSON == nil {
+		if p.RepostOf != nil {
+			original = p.RepostOf.AuthorID
+		}
+		return p.AuthorID, original, true
+	}
+	var raw struct {
+		AuthorID int64 `json:"author_id"`
+		RepostOf *struct {
+			AuthorID int64 `json:"author_id"`
+		} `json:"repost_of"`
+	}
+	if err := json.Unmarshal(p.JSON, &raw); err != nil {
+		return 0, 0, false
+	}
+	if raw.RepostOf != nil {
+		original = raw.RepostOf.AuthorID
+	}
+	return raw.AuthorID, original, true
 }

@@ -114,6 +114,9 @@ type Live interface {
 	// Followed and Unfollowed: follower's feed took in, or lost, followee's posts.
 	Followed(ctx context.Context, follower, followee int64)
 	Unfollowed(ctx context.Context, follower, followee int64)
+	// Hid: what the feeds of readers hide changed (a mute, a block, or
+	// their undoing); their streams read their feeds again.
+	Hid(ctx context.Context, readers []int64)
 }
 
 // noLive is the Live of a deployment without streams.
@@ -126,6 +129,7 @@ func (noLive) Pulled(context.Context, int64, int64)          {}
 func (noLive) Unpulled(context.Context, int64, int64)        {}
 func (noLive) Followed(context.Context, int64, int64)        {}
 func (noLive) Unfollowed(context.Context, int64, int64)      {}
+func (noLive) Hid(context.Context, []int64)                  {}
 
 // validate refuses the values out of range, naming each field. Zero is in
 // range: it means the default.

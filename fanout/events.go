@@ -57,6 +57,12 @@ func (w *Worker) handle(ctx context.Context, t domain.Delivery) (outcome, error)
 			return outcomeDone, permanent("malformed %s payload %q", t.Type, t.Payload)
 		}
 		return outcomeDone, w.applyFollowState(ctx, p) // either event: the state now decides
+	case domain.RelationChanged:
+		var p domain.RelationPayload
+		if err := json.Unmarshal(t.Payload, &p); err != nil || p.UserID <= 0 || p.OtherID <= 0 || p.UserID == p.OtherID {
+			return outcomeDone, permanent("malformed %s payload %q", t.Type, t.Payload)
+		}
+		return outcomeDone, w.applyHideStates(ctx, p)
 	default:
 		return outcomeDone, permanent("unknown event type %q", t.Type)
 	}

@@ -32,3 +32,29 @@ func (w *Worker) applyFollowState(ctx context.Context, p domain.FollowPayload) e
 	}
 	return nil
 }
+
+// applyHideStates applies what PostgreSQL says now of whether each of the
+// two users' feeds hides the other, with the versions of their graphs
+// (relation.changed: a mute, a block or their undoing). Like follows, a
+// state handled late is stale in Redis and changes nothing.
+func (w *Worker) applyHideStates(ctx context.Context, p domain.RelationPayload) error {
+	states, err := w.graph.HideStates(ctx, p.UserID, p.OtherID)
+	if err != nil {
+		return err
+	}
+	failpoint.Hit(ctx, failpoint.BeforeApply)
+	var changed []int64
+	for _, st := range states {
+		applied, err := w.feeds.ApplyHide(ctx, st)
+		if err != nil {
+			return err
+		}
+		if applied {
+			changed = append(changed, st.Reader)
+		}
+	}
+	if len(changed) > 0 {
+		w.cfg.Live.Hid(ctx, changed)
+	}
+	return nil
+}

@@ -39,6 +39,7 @@ func (*recordedLive) Pulled(context.Context, int64, int64)     {}
 func (*recordedLive) Unpulled(context.Context, int64, int64)   {}
 func (*recordedLive) Followed(context.Context, int64, int64)   {}
 func (*recordedLive) Unfollowed(context.Context, int64, int64) {}
+func (*recordedLive) Hid(context.Context, []int64)             {}
 
 // TestLiveAnnouncesWhatTheFeedsTook: a fan-out read its page of followers,
 // and before it pushed, one of them unfollowed the author (and the API

@@ -26,6 +26,9 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
 		return outcomeDone, err
 	}
+	if err := w.pushOwn(ctx, domain.Entry(p)); err != nil {
+		return outcomeDone, err
+	}
 	followers, pulled, err := w.graph.Reach(ctx, p.AuthorID)
 	if err != nil {
 		return outcomeDone, err
@@ -64,6 +67,19 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 		return w.split(ctx, t.ID, p)
 	}
 	return outcomeDone, w.push(ctx, domain.Entry(p), 0, 0, first)
+}
+
+// pushOwn puts the entry into its author's own feed, which holds their
+// posts and reposts (docs/API.md). The request that created it pushed it
+// there already, so this push looks before it adds (first is false); asOf
+// 0 makes the feed's following hash decide, and it holds its reader.
+func (w *Worker) pushOwn(ctx context.Context, e domain.Entry) error {
+	res, err := w.feeds.Push(ctx, e, []int64{e.AuthorID}, 0, false)
+	w.metrics.entries.Add(float64(res.Added))
+	if err == nil && res.Added > 0 {
+		w.cfg.Live.Pushed(ctx, e.PostID, e.AuthorID, res.Holders)
+	}
+	return err
 }
 
 // firstDelivery reports whether t is its event's first delivery, claim and
@@ -134,6 +150,11 @@ func (w *Worker) removePost(ctx context.Context, p domain.PostPayload) error {
 	if err := w.feeds.ForgetPost(ctx, p.PostID); err != nil {
 		return err
 	}
+	// The author's own feed holds it, whoever else does.
+	if err := w.feeds.Remove(ctx, []int64{p.AuthorID}, []int64{p.PostID}); err != nil {
+		return err
+	}
+	w.cfg.Live.Removed(ctx, p.PostID, []int64{p.AuthorID})
 	if err := w.feeds.RemoveFromTimeline(ctx, domain.Entry(p)); err != nil {
 		return err
 	}

@@ -44,6 +44,9 @@ type Graph interface {
 	// FollowState returns whether follower follows followee now, with the
 	// version of the follower's graph it was read at.
 	FollowState(ctx context.Context, follower, followee int64) (domain.EdgeState, error)
+	// HideStates returns whether each of the two users' feeds hides the
+	// other now, with the versions of their graphs.
+	HideStates(ctx context.Context, a, b int64) ([]domain.HideState, error)
 	// Reach returns how many followers a user has (a maintained count) and
 	// whether their posts were ever pulled at read time.
 	Reach(ctx context.Context, userID int64) (followers int64, pulled bool, err error)
@@ -74,6 +77,9 @@ type Feeds interface {
 	// followee's recent posts (added: how many were new), an unfollow
 	// removes them.
 	ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error)
+	// ApplyHide applies a hide state to the reader's feed unless a newer
+	// one is there.
+	ApplyHide(ctx context.Context, st domain.HideState) (applied bool, err error)
 	// Remove takes posts out of the feeds of users.
 	Remove(ctx context.Context, users []int64, postIDs []int64) error
 	// ForgetPost hides a deleted post from every read at once.

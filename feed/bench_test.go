@@ -109,6 +109,11 @@ func (s *benchStore) FolloweePosts(ctx context.Context, follower, before int64, 
 	return s.DB.FolloweePosts(ctx, follower, before, limit)
 }
 
+func (s *benchStore) FeedEntries(ctx context.Context, user int64, limit int) ([]domain.Post, error) {
+	s.calls.Add(1)
+	return s.DB.FeedEntries(ctx, user, limit)
+}
+
 // readBench is a reader whose feed is built and whose posts are cached.
 type readBench struct {
 	rdb    *redis.Client

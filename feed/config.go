@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/internal/defaults"
@@ -49,6 +50,9 @@ const (
 type Config struct {
 	// Prefix is put before every Redis key. Defaults to "".
 	Prefix string
+	// Registerer takes the feeds' metrics (what reads filter out); nil
+	// keeps them unregistered.
+	Registerer prometheus.Registerer
 	// MaxLen is entries kept per feed. Defaults to DefaultMaxLen (800).
 	MaxLen int
 	// Backfill is how many recent posts of a newly followed author are

@@ -15,9 +15,18 @@ import (
 type Store interface {
 	// PostsByID returns the live posts among ids, in any order.
 	PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error)
-	// FolloweePosts returns up to limit live posts with id < before by the
-	// people followerID follows, newest first.
+	// FolloweePosts returns up to limit entries with id < before of
+	// followerID's home feed, newest first, as the contract defines it.
 	FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error)
+	// FeedEntries returns the newest limit posts and reposts of userID and
+	// of the people they follow, unfiltered: what a Redis feed holds.
+	FeedEntries(ctx context.Context, userID int64, limit int) ([]domain.Post, error)
+	// FeedGraph returns whom userID follows and hides, and the version of
+	// their graph it was read at.
+	FeedGraph(ctx context.Context, userID int64) (followees, hidden []int64, version int64, err error)
+	// Repeats returns which of reposts userID's feed holds but does not
+	// show: an earlier entry of the same original shows.
+	Repeats(ctx context.Context, userID int64, reposts []int64) (map[int64]bool, error)
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)
@@ -44,6 +53,7 @@ type Feeds struct {
 	log      *zap.Logger
 	replicas *replicas.Waiter // nil: no wait
 	order    *pushOrder
+	metrics  *metrics
 }
 
 // New builds Feeds on a Redis client and the PostgreSQL store. It returns
@@ -54,7 +64,8 @@ func New(rdb redis.UniversalClient, store Store, cfg Config) (*Feeds, error) {
 	}
 	cfg = cfg.withDefaults()
 	return &Feeds{rdb: rdb, store: store, cfg: cfg, keys: keys{cfg.Prefix}, log: cfg.Logger,
-		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout), order: newPushOrder(cfg.PushSlots)}, nil
+		replicas: replicas.New(rdb, cfg.Prefix, cfg.WaitReplicas, cfg.WaitTimeout), order: newPushOrder(cfg.PushSlots),
+		metrics: newMetrics(cfg.Registerer)}, nil
 }
 
 // maxPipeline bounds the commands sent in one pipeline; very large pipelines

@@ -19,26 +19,30 @@ import (
 	"github.com/newsfeed/newsfeed/store"
 )
 
-// countingStore is the real store, with FolloweePosts counted and, when
-// gate is set, held until the test opens it.
+// countingStore is the real store, with its reads of feeds counted and,
+// when gate is set, a rebuild's held until the test opens it.
 type countingStore struct {
 	*store.DB
 	rebuilds atomic.Int32
-	reads    atomic.Int32 // every FolloweePosts
+	reads    atomic.Int32 // every FolloweePosts and FeedEntries
 	gate     chan struct{}
 	entered  chan struct{}
 }
 
 func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
 	s.reads.Add(1)
-	if before == math.MaxInt64 && limit == rebuildLimit { // a rebuild reads max_len from the top
-		s.rebuilds.Add(1)
-		if s.gate != nil {
-			s.entered <- struct{}{}
-			<-s.gate
-		}
-	}
 	return s.DB.FolloweePosts(ctx, follower, before, limit)
+}
+
+// FeedEntries is what a rebuild reads.
+func (s *countingStore) FeedEntries(ctx context.Context, user int64, limit int) ([]domain.Post, error) {
+	s.reads.Add(1)
+	s.rebuilds.Add(1)
+	if s.gate != nil {
+		s.entered <- struct{}{}
+		<-s.gate
+	}
+	return s.DB.FeedEntries(ctx, user, limit)
 }
 
 // rebuildLimit is max_len in the tests that count rebuilds: a rebuild reads

@@ -3,7 +3,6 @@ package feed_test
 import (
 	"context"
 	"fmt"
-	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -168,9 +167,10 @@ type gatedStore struct {
 	calls   atomic.Int32
 }
 
-func (s *gatedStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
-	posts, err := s.DB.FolloweePosts(ctx, follower, before, limit)
-	if before == math.MaxInt64 && limit == s.maxLen { // a rebuild
+// FeedEntries is what a rebuild reads.
+func (s *gatedStore) FeedEntries(ctx context.Context, user int64, limit int) ([]domain.Post, error) {
+	posts, err := s.DB.FeedEntries(ctx, user, limit)
+	if limit == s.maxLen { // a rebuild
 		n := int(s.calls.Add(1)) - 1
 		s.entered <- struct{}{}
 		if n < len(s.gates) {

@@ -65,6 +65,10 @@ const (
 	// mergesField of the following hash counts the merges of follows
 	// pending (see markMerge in lua/common.lua).
 	mergesField = "mg"
+	// hidesField of the following hash lists the users whose entries the
+	// reader's feed hides (see lua/hide.lua); a hash without it is from an
+	// older version, and not complete.
+	hidesField = "x"
 )
 
 // keys names every Redis key this package uses. Keys of one user share the

@@ -354,3 +354,21 @@ func int64sToArgs(ids []int64) []any {
 	}
 	return args
 }
+
+// PushOwn puts an entry into its author's own feed, in the request that
+// created it: the author reads it from the 201 on. The fan-out pushes it
+// there too, so this push looks before it adds (first false), and asOf 0
+// makes the feed's following hash decide (it holds its reader). When the
+// push fails the feed is dropped, and the next read rebuilds it with the
+// entry; the error says that failed too (Redis is down: reads come from
+// PostgreSQL, which has the entry).
+func (f *Feeds) PushOwn(ctx context.Context, e domain.Entry) error {
+	_, err := f.Push(ctx, e, []int64{e.AuthorID}, 0, false)
+	if err == nil {
+		return nil
+	}
+	if dropErr := f.Drop(ctx, e.AuthorID); dropErr != nil {
+		return err
+	}
+	return nil
+}

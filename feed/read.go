@@ -24,13 +24,13 @@ const maxPulledSources = 100
 // truth in PostgreSQL does.
 var errFromPostgres = errors.New("read from PostgreSQL")
 
-// Read returns up to limit posts of userID's home feed with id < before
-// (before <= 0 reads from the newest), newest first, with no duplicates, no
-// deleted posts and no posts of authors the user does not follow now: the
-// user's feed merged with the timelines of the celebrities they follow, and
-// past what Redis keeps, PostgreSQL. (The scripts keep every post of an
-// author the reader does not follow out of the feed, atomically with the
-// following hash, so a page needs no filter.)
+// Read returns up to limit entries of userID's home feed with id < before
+// (before <= 0 reads from the newest), newest first, as docs/API.md defines
+// the feed: the user's feed merged with the timelines of the celebrities
+// they follow, and past what Redis keeps, PostgreSQL. (The scripts keep
+// every post of an author the reader does not follow out of the feed,
+// atomically with the following hash; what the reader hides, and reposts
+// of an original that shows already, are filtered here: shown.)
 func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (domain.FeedPage, error) {
 	if before <= 0 {
 		before = math.MaxInt64
@@ -43,7 +43,11 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 		ids, floor, err := r.next(ctx, cursor, n)
 		if err == nil {
 			var hydrated []domain.Post
-			hydrated, err = f.hydrate(ctx, ids)
+			if hydrated, err = f.hydrate(ctx, ids); err == nil {
+				// What the feed holds but does not show goes as a deleted
+				// post does: the page reads on.
+				hydrated, err = f.shown(ctx, userID, r.hides, hydrated)
+			}
 			posts = append(posts, hydrated...)
 		}
 		if errors.Is(err, errFromPostgres) {
@@ -83,6 +87,7 @@ type feedReader struct {
 	user   int64
 	opened bool
 	celebs []int64
+	hides  []int64 // users whose entries the reader's feed hides
 }
 
 // sourceSet is what one Redis source of a home feed gave for a page.
@@ -99,6 +104,7 @@ type sourceSet struct {
 // readMeta is what the first read of a page learns besides the sets.
 type readMeta struct {
 	followingVersion string // "" when the following hash is missing
+	hides            []int64
 	celebCache       string // "" when not cached
 	pulledCount      int64
 	pulledComplete   bool
@@ -189,6 +195,7 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 	if r.celebs, err = f.celebrities(ctx, r.user, meta); err != nil {
 		return nil, err
 	}
+	r.hides = meta.hides
 	r.opened = true
 	if len(r.celebs) > maxPulledSources {
 		return nil, errFromPostgres
@@ -250,7 +257,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 		for i, key := range keys {
 			reads[i] = readSet(ctx, p, key, before, n, f.cfg.ActiveTTL) // a read keeps the feed
 		}
-		following = p.HMGet(ctx, f.keys.following(user), versionField, mergesField)
+		following = p.HMGet(ctx, f.keys.following(user), versionField, mergesField, hidesField)
 		graphMark = p.Get(ctx, f.keys.graphMark(user))
 		if withMeta && f.cfg.CelebrityThreshold > 0 {
 			celebs = p.Get(ctx, f.keys.celebrities(user))
@@ -271,11 +278,14 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 		return nil, readMeta{}, errFromPostgres
 	}
 	var version string
-	if v := following.Val(); len(v) == 2 {
+	var hides []int64
+	if v := following.Val(); len(v) == 3 && hashComplete(v) {
 		version, _ = v[0].(string)
 		if pending, _ := v[1].(string); pending != "" && pending != "0" {
 			return nil, readMeta{}, errFromPostgres
 		}
+		raw, _ := v[2].(string)
+		hides = parseHides(raw)
 	}
 	sets := make([]sourceSet, len(keys))
 	for i := range keys {
@@ -293,7 +303,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 			sets[i].ids = append(sets[i].ids, set.ids[j])
 		}
 	}
-	meta := readMeta{followingVersion: version}
+	meta := readMeta{followingVersion: version, hides: hides}
 	if celebs != nil {
 		meta.celebCache = celebs.Val()
 		meta.pulledCount = pulledCount.Val()

@@ -28,16 +28,19 @@ func (f *Feeds) feedTarget(userID int64) rebuildTarget {
 		following: f.keys.following(userID),
 		lock:      f.keys.rebuildLock(userID),
 		load: func(ctx context.Context) (rebuilt, error) {
-			followees, version, err := f.store.Followees(ctx, userID)
+			followees, hidden, version, err := f.store.FeedGraph(ctx, userID)
 			if err != nil {
 				return rebuilt{}, err
 			}
-			posts, err := f.store.FolloweePosts(ctx, userID, math.MaxInt64, f.cfg.MaxLen)
+			// The reader's own posts are in their feed: they follow
+			// themself, as far as the feed's scripts can tell.
+			followees = append(followees, userID)
+			posts, err := f.store.FeedEntries(ctx, userID, f.cfg.MaxLen)
 			ids := make([]int64, len(posts))
 			for i, p := range posts {
 				ids[i] = p.ID
 			}
-			return rebuilt{ids: ids, posts: posts, followees: followees, graphVersion: version}, err
+			return rebuilt{ids: ids, posts: posts, followees: followees, hidden: hidden, graphVersion: version}, err
 		},
 	}
 }
@@ -98,6 +101,7 @@ type rebuilt struct {
 	ids       []int64
 	posts     []domain.Post // to cache, when the load read them whole
 	followees []int64
+	hidden    []int64 // users whose entries the reader's feed hides
 	// graphVersion is the version of the reader's graph followees were
 	// read at.
 	graphVersion int64
@@ -171,7 +175,7 @@ func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte)
 	args := make([]any, 0, 9+len(data.followees))
 	args = append(args, f.cfg.MaxLen, f.ttlSeconds(), whole, token[:], len(data.followees), randomVersion(), asOf, data.graphVersion)
 	args = append(args, int64sToArgs(data.followees)...)
-	args = append(args, packIDs(data.ids))
+	args = append(args, joinIDs(data.hidden), packIDs(data.ids))
 	if err := finishRebuildScript.Run(ctx, f.rdb, t.keys(), args...).Err(); err != nil {
 		return err
 	}
@@ -203,11 +207,11 @@ func (t rebuildTarget) keys() []string {
 // a feed needs its following hash too.
 func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	var read setRead
-	var version *redis.StringCmd
+	var version *redis.SliceCmd
 	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
 		read = readSet(ctx, p, t.set, math.MaxInt64, 1, 0)
 		if t.following != "" {
-			version = p.HGet(ctx, t.following, versionField)
+			version = p.HMGet(ctx, t.following, versionField, mergesField, hidesField)
 		}
 		return nil
 	})
@@ -218,7 +222,7 @@ func (f *Feeds) complete(ctx context.Context, t rebuildTarget) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
-	return set.complete && (version == nil || version.Err() == nil), nil
+	return set.complete && (version == nil || hashComplete(version.Val())), nil
 }
 
 // awaitRebuild waits until another reader's rebuild completed the set, gave

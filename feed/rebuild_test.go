@@ -3,7 +3,6 @@ package feed_test
 import (
 	"context"
 	"errors"
-	"math"
 	"testing"
 	"time"
 
@@ -118,13 +117,13 @@ type failingLoadStore struct {
 	entered, release chan struct{}
 }
 
-func (s *failingLoadStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {
-	if before == math.MaxInt64 && limit == rebuildLimit {
+func (s *failingLoadStore) FeedEntries(ctx context.Context, user int64, limit int) ([]domain.Post, error) {
+	if limit == rebuildLimit {
 		s.entered <- struct{}{}
 		<-s.release
 		return nil, errors.New("the database went away")
 	}
-	return s.DB.FolloweePosts(ctx, follower, before, limit)
+	return s.DB.FeedEntries(ctx, user, limit)
 }
 
 // TestFailedRebuild: a rebuild that fails leaves no set behind, and reads

@@ -38,6 +38,7 @@ var (
 	followScript         = script("follow", true)
 	mergeScript          = script("merge", true)
 	unfollowScript       = script("unfollow", true)
+	hideScript           = script("hide", true)
 	removeScript         = script("remove", true)
 	finishRebuildScript  = script("finish_rebuild", true)
 	abandonRebuildScript = script("abandon_rebuild", true)

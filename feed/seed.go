@@ -33,7 +33,7 @@ func (f *Feeds) seed(ctx context.Context, readers map[int64][]int64, write func(
 				set, following := f.keys.feedSet(u), f.keys.following(u)
 				p.Del(ctx, append(set.list(), following)...)
 				write(p, set)
-				fields := []any{versionField, randomVersion()}
+				fields := []any{versionField, randomVersion(), hidesField, "", u, 1} // they see their own posts
 				for _, followee := range readers[u] {
 					fields = append(fields, followee, 1)
 				}

@@ -138,7 +138,7 @@ func NewHub(rdb redis.UniversalClient, cfg HubConfig) (*Hub, error) {
 	for _, reason := range []string{"slow", "stopping"} {
 		h.dropped.WithLabelValues(reason) // exported at 0 from the start
 	}
-	for _, k := range []domain.LiveKind{domain.LivePost, domain.LiveRemove, domain.LiveUnfollowed, domain.LiveFollowed, domain.LiveCatchUp} {
+	for _, k := range []domain.LiveKind{domain.LivePost, domain.LiveRemove, domain.LiveUnfollowed, domain.LiveFollowed, domain.LiveCatchUp, domain.LiveResync} {
 		h.events.WithLabelValues(kindLabel(k))
 	}
 	if cfg.Registerer != nil {
@@ -392,6 +392,13 @@ func (h *Hub) handle(ctx context.Context, payload string) {
 		for _, s := range h.of(m.Users) {
 			h.deliver(s, domain.LiveEvent{Kind: domain.LiveCatchUp})
 		}
+	case kindHid:
+		for _, s := range h.of(m.Users) {
+			h.mu.Lock()
+			clear(s.follows) // asked again: a block removes follows too
+			h.mu.Unlock()
+			h.deliver(s, domain.LiveEvent{Kind: domain.LiveResync})
+		}
 	case kindPulled, kindUnpulled:
 		yes := h.followers(ctx, m.Author)
 		if m.Kind == kindPulled {
@@ -559,6 +566,8 @@ func kindLabel(k domain.LiveKind) string {
 		return "unfollow"
 	case domain.LiveFollowed:
 		return "follow"
+	case domain.LiveResync:
+		return "resync"
 	default:
 		return "catch_up"
 	}

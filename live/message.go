@@ -11,6 +11,7 @@ const (
 	kindPost     = "post"     // Post by Author is in the feeds of Users
 	kindRemove   = "remove"   // Post left the feeds of Users
 	kindUnsure   = "unsure"   // the feeds of Users are not in Redis: read them again
+	kindHid      = "hid"      // what the feeds of Users hide changed: read them again, send what left and came
 	kindPulled   = "cpost"    // Post by the celebrity Author: for their followers
 	kindUnpulled = "cremove"  // Post by the celebrity Author was deleted
 	kindUnfollow = "unfollow" // Users[0] no longer follows Author

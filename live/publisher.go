@@ -219,6 +219,12 @@ func (p *Publisher) Followed(ctx context.Context, follower, followee int64) {
 	p.toReaders(ctx, message{Kind: kindFollow, Author: followee}, []int64{follower})
 }
 
+// Hid tells the readers' streams that what their feeds hide changed (a
+// mute, a block, or their undoing).
+func (p *Publisher) Hid(ctx context.Context, readers []int64) {
+	p.toReaders(ctx, message{Kind: kindHid}, readers)
+}
+
 // toReaders sends m to each hub with a stream of one of readers, naming
 // those it holds.
 func (p *Publisher) toReaders(ctx context.Context, m message, readers []int64) {

@@ -64,3 +64,19 @@ GROUP BY u`, users)
 	}
 	return out, nil
 }
+
+// FeedGraph returns what a rebuild of userID's feed writes beside it, read
+// in one statement (one snapshot): whom they follow, whom their feed hides
+// (Hidden), and the version of their graph it was read at.
+func (db *DB) FeedGraph(ctx context.Context, userID int64) (followees, hidden []int64, version int64, err error) {
+	err = db.primary.QueryRow(ctx, `
+SELECT COALESCE((SELECT version FROM graph_versions WHERE user_id = $1), 0),
+       array(SELECT followee_id FROM follows WHERE follower_id = $1),
+       array(SELECT muted_id FROM mutes WHERE user_id = $1
+             UNION SELECT blocked_id FROM blocks WHERE blocker_id = $1
+             UNION SELECT blocker_id FROM blocks WHERE blocked_id = $1)`, userID).Scan(&version, &followees, &hidden)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("feed graph: %w", err)
+	}
+	return followees, hidden, version, nil
+}

@@ -13,10 +13,14 @@ import (
 )
 
 // followSQL adds the edge, bumps the followee's follower count and writes
-// follow.created, all in one statement; an existing edge changes nothing.
+// follow.created, all in one statement; an existing edge, or a block
+// between the two (the second column), changes nothing.
 const followSQL = `
-WITH f AS (
-    INSERT INTO follows (follower_id, followee_id) VALUES ($1, $2)
+WITH b AS (
+    SELECT EXISTS (SELECT 1 FROM blocks WHERE (blocker_id = $1 AND blocked_id = $2)
+                                           OR (blocker_id = $2 AND blocked_id = $1)) AS blocked
+), f AS (
+    INSERT INTO follows (follower_id, followee_id) SELECT $1, $2 FROM b WHERE NOT b.blocked
     ON CONFLICT DO NOTHING
     RETURNING follower_id, followee_id
 ), c AS (
@@ -26,7 +30,7 @@ WITH f AS (
     INSERT INTO outbox (event_type, payload, trace_context)
     SELECT '` + domain.FollowCreated + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id), NULLIF($3, '') FROM f
 )
-SELECT count(*) FROM f`
+SELECT count(*), (SELECT blocked FROM b) FROM f`
 
 // unfollowSQL is followSQL undone.
 const unfollowSQL = `
@@ -40,7 +44,7 @@ WITH f AS (
     INSERT INTO outbox (event_type, payload, trace_context)
     SELECT '` + domain.FollowDeleted + `', jsonb_build_object('follower_id', follower_id, 'followee_id', followee_id), NULLIF($3, '') FROM f
 )
-SELECT count(*) FROM f`
+SELECT count(*), false FROM f`
 
 // bumpGraphSQL takes the next version of a user's graph. Its row lock,
 // held to the commit, orders the changes of one user's graph.
@@ -50,14 +54,18 @@ ON CONFLICT (user_id) DO UPDATE SET version = graph_versions.version + 1
 RETURNING version`
 
 // Follow makes follower follow followee and returns the state with the
-// version it took; following twice is not an error.
+// version it took; following twice is not an error, following while a
+// block stands between the two is domain.ErrBlocked.
 func (db *DB) Follow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error) {
 	if follower == followee {
 		return domain.EdgeChange{}, domain.ErrSelfFollow
 	}
-	ch, err := db.changeEdge(ctx, followSQL, follower, followee)
+	ch, blocked, err := db.changeEdge(ctx, followSQL, follower, followee)
 	if err != nil {
 		return ch, fmt.Errorf("follow: %w", err)
+	}
+	if blocked {
+		return ch, domain.ErrBlocked
 	}
 	ch.Following = true
 	return ch, nil
@@ -66,7 +74,7 @@ func (db *DB) Follow(ctx context.Context, follower, followee int64) (domain.Edge
 // Unfollow removes the edge, if there is one, and returns the state with the
 // version it took.
 func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (domain.EdgeChange, error) {
-	ch, err := db.changeEdge(ctx, unfollowSQL, follower, followee)
+	ch, _, err := db.changeEdge(ctx, unfollowSQL, follower, followee)
 	if err != nil {
 		return ch, fmt.Errorf("unfollow: %w", err)
 	}
@@ -77,20 +85,20 @@ func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (domain.Ed
 // statement of its own, so that it sees every change of the same graph
 // committed while the first waited for the row lock), in one transaction
 // and one round trip: a batch is one implicit transaction.
-func (db *DB) changeEdge(ctx context.Context, change string, follower, followee int64) (domain.EdgeChange, error) {
-	ch := domain.EdgeChange{EdgeState: domain.EdgeState{Follower: follower, Followee: followee}}
+func (db *DB) changeEdge(ctx context.Context, change string, follower, followee int64) (ch domain.EdgeChange, blocked bool, err error) {
+	ch = domain.EdgeChange{EdgeState: domain.EdgeState{Follower: follower, Followee: followee}}
 	b := &pgx.Batch{}
 	b.Queue(bumpGraphSQL, follower).QueryRow(func(row pgx.Row) error { return row.Scan(&ch.Version) })
 	b.Queue(change, follower, followee, traceparent.From(ctx)).QueryRow(func(row pgx.Row) error {
 		var n int
-		err := row.Scan(&n)
+		err := row.Scan(&n, &blocked)
 		ch.Changed = n == 1
 		return err
 	})
 	if err := db.primary.SendBatch(ctx, b).Close(); err != nil {
-		return domain.EdgeChange{}, err
+		return domain.EdgeChange{}, false, err
 	}
-	return ch, nil
+	return ch, blocked, nil
 }
 
 // FollowState returns whether follower follows followee now, with the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -25,7 +26,15 @@ WITH p AS (
     INSERT INTO outbox (event_type, payload, created_at, trace_context)
     SELECT '` + domain.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at, NULLIF($4, '') FROM p
 )
-SELECT id, author_id, body, created_at FROM p`
+SELECT id, author_id, body, created_at, NULL::bigint, NULL::bigint, NULL::text, NULL::timestamptz FROM p`
+
+// postColumns and postsFrom read posts with their originals: a repost's
+// row joined to the post it reposts (never deleted while the repost is
+// not: DeletePost deletes both). scanPost reads the columns.
+const (
+	postColumns = `p.id, p.author_id, p.body, p.created_at, o.id, o.author_id, o.body, o.created_at`
+	postsFrom   = `posts p LEFT JOIN posts o ON o.id = p.repost_of`
+)
 
 // CreatePost stores a post and its delivery intent atomically. When key is not
 // empty and the author already created a post with it, that post is returned
@@ -41,7 +50,7 @@ func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) 
 	}
 	// The key was used before: answer with the first post, deleted or not.
 	post, err = scanPost(db.primary.QueryRow(ctx,
-		`SELECT id, author_id, body, created_at FROM posts WHERE author_id = $1 AND idempotency_key = $2`,
+		`SELECT `+postColumns+` FROM `+postsFrom+` WHERE p.author_id = $1 AND p.idempotency_key = $2`,
 		authorID, key))
 	if err != nil {
 		return domain.Post{}, false, fmt.Errorf("create post: find by idempotency key: %w", err)
@@ -52,7 +61,7 @@ func (db *DB) CreatePost(ctx context.Context, authorID int64, body, key string) 
 // Post returns a post that exists and is not deleted, or domain.ErrNotFound.
 func (db *DB) Post(ctx context.Context, id int64) (domain.Post, error) {
 	post, err := scanPost(db.primary.QueryRow(ctx,
-		`SELECT id, author_id, body, created_at FROM posts WHERE id = $1 AND deleted_at IS NULL`, id))
+		`SELECT `+postColumns+` FROM `+postsFrom+` WHERE p.id = $1 AND p.deleted_at IS NULL`, id))
 	if isNoRows(err) {
 		return domain.Post{}, domain.ErrNotFound
 	}
@@ -80,7 +89,7 @@ func (db *DB) PostStatus(ctx context.Context, id int64) (authorID int64, deleted
 // deleted, in no particular order.
 func (db *DB) PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error) {
 	rows, err := db.primary.Query(ctx,
-		`SELECT id, author_id, body, created_at FROM posts WHERE id = ANY($1) AND deleted_at IS NULL`, ids)
+		`SELECT `+postColumns+` FROM `+postsFrom+` WHERE p.id = ANY($1) AND p.deleted_at IS NULL`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("get posts by id: %w", err)
 	}
@@ -100,28 +109,57 @@ WITH p AS (
 )
 SELECT count(*) FROM p`
 
-// DeletePost deletes the post id on behalf of authorID. It returns domain.ErrNotFound
-// when the post does not exist or is already deleted, and domain.ErrForbidden when
-// somebody else wrote it.
+// deleteRepostsSQL deletes the reposts of a deleted post, each with its
+// post.deleted. It runs as a statement of its own after deletePostSQL: its
+// snapshot, taken once the post's row lock was granted, sees every repost
+// committed before (CreateRepost holds that row FOR SHARE while it inserts).
+const deleteRepostsSQL = `
+WITH r AS (
+    UPDATE posts SET deleted_at = now()
+    WHERE repost_of = $1 AND deleted_at IS NULL
+      AND EXISTS (SELECT 1 FROM posts WHERE id = $1 AND deleted_at IS NOT NULL)
+    RETURNING id, author_id
+), o AS (
+    INSERT INTO outbox (event_type, payload, trace_context)
+    SELECT '` + domain.PostDeleted + `', jsonb_build_object('post_id', id, 'author_id', author_id), NULLIF($2, '') FROM r
+)
+SELECT COALESCE(array_agg(id), '{}') FROM r`
+
+// DeletePost deletes the post id on behalf of authorID, and its reposts. It
+// returns domain.ErrNotFound when the post does not exist or is already
+// deleted, and domain.ErrForbidden when somebody else wrote it.
 func (db *DB) DeletePost(ctx context.Context, id, authorID int64) error {
+	_, err := db.DeletePostAndReposts(ctx, id, authorID)
+	return err
+}
+
+// DeletePostAndReposts is DeletePost, and returns the ids of the reposts
+// it deleted: a deleted post hides every repost of it, so they go with it,
+// in one transaction (a batch is one implicit transaction).
+func (db *DB) DeletePostAndReposts(ctx context.Context, id, authorID int64) ([]int64, error) {
 	var n int
-	if err := db.primary.QueryRow(ctx, deletePostSQL, id, authorID, traceparent.From(ctx)).Scan(&n); err != nil {
-		return fmt.Errorf("delete post %d: %w", id, err)
+	var reposts []int64
+	tc := traceparent.From(ctx)
+	b := &pgx.Batch{}
+	b.Queue(deletePostSQL, id, authorID, tc).QueryRow(func(row pgx.Row) error { return row.Scan(&n) })
+	b.Queue(deleteRepostsSQL, id, tc).QueryRow(func(row pgx.Row) error { return row.Scan(&reposts) })
+	if err := db.primary.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("delete post %d: %w", id, err)
 	}
 	if n == 1 {
-		return nil
+		return reposts, nil
 	}
 	var owner int64
 	err := db.primary.QueryRow(ctx, `SELECT author_id FROM posts WHERE id = $1 AND deleted_at IS NULL`, id).Scan(&owner)
 	switch {
 	case isNoRows(err):
-		return domain.ErrNotFound
+		return nil, domain.ErrNotFound
 	case err != nil:
-		return fmt.Errorf("delete post %d: %w", id, err)
+		return nil, fmt.Errorf("delete post %d: %w", id, err)
 	case owner != authorID:
-		return domain.ErrForbidden
+		return nil, domain.ErrForbidden
 	default: // deleted and recreated in between cannot happen; treat as gone
-		return domain.ErrNotFound
+		return nil, domain.ErrNotFound
 	}
 }
 
@@ -132,32 +170,11 @@ func (db *DB) AuthorPosts(ctx context.Context, authorID, before int64, limit int
 		before = math.MaxInt64
 	}
 	rows, err := db.read.Query(ctx, `
-SELECT id, author_id, body, created_at FROM posts
-WHERE author_id = $1 AND id < $2 AND deleted_at IS NULL
-ORDER BY id DESC LIMIT $3`, authorID, before, limit)
+SELECT `+postColumns+` FROM `+postsFrom+`
+WHERE p.author_id = $1 AND p.id < $2 AND p.deleted_at IS NULL
+ORDER BY p.id DESC LIMIT $3`, authorID, before, limit)
 	if err != nil {
 		return nil, fmt.Errorf("author posts: %w", err)
-	}
-	return collectPosts(rows)
-}
-
-// FolloweePosts returns up to limit posts with id < before written by the
-// people followerID follows, newest first: the truth that a home feed caches.
-// Each followee contributes at most limit posts through the (author_id, id)
-// index, so the cost grows with the number of followees, not of their posts.
-func (db *DB) FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error) {
-	rows, err := db.primary.Query(ctx, `
-SELECT p.id, p.author_id, p.body, p.created_at
-FROM follows f
-CROSS JOIN LATERAL (
-    SELECT id, author_id, body, created_at FROM posts
-    WHERE author_id = f.followee_id AND id < $2 AND deleted_at IS NULL
-    ORDER BY id DESC LIMIT $3
-) p
-WHERE f.follower_id = $1
-ORDER BY p.id DESC LIMIT $3`, followerID, before, limit)
-	if err != nil {
-		return nil, fmt.Errorf("followee posts: %w", err)
 	}
 	return collectPosts(rows)
 }
@@ -173,8 +190,14 @@ ORDER BY id DESC LIMIT $3`, authorID, since, limit)
 
 func scanPost(row pgx.Row) (domain.Post, error) {
 	var p domain.Post
-	err := row.Scan(&p.ID, &p.AuthorID, &p.Body, &p.CreatedAt)
+	var oID, oAuthor *int64
+	var oBody *string
+	var oCreated *time.Time
+	err := row.Scan(&p.ID, &p.AuthorID, &p.Body, &p.CreatedAt, &oID, &oAuthor, &oBody, &oCreated)
 	p.CreatedAt = p.CreatedAt.UTC()
+	if err == nil && oID != nil && oAuthor != nil && oBody != nil && oCreated != nil {
+		p.RepostOf = &domain.Post{ID: *oID, AuthorID: *oAuthor, Body: *oBody, CreatedAt: oCreated.UTC()}
+	}
 	return p, err
 }
 

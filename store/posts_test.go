@@ -382,7 +382,7 @@ func TestAuthorPosts(t *testing.T) {
 func TestFolloweePosts(t *testing.T) {
 	t.Parallel()
 
-	t.Run("ReturnsOnlyFolloweesLivePostsNewestFirstWithPaging", func(t *testing.T) {
+	t.Run("ReturnsOwnAndFolloweesLivePostsNewestFirstWithPaging", func(t *testing.T) {
 		t.Parallel()
 		db, _ := setup(t)
 		ctx := t.Context()
@@ -398,7 +398,8 @@ func TestFolloweePosts(t *testing.T) {
 		for i := range 12 {
 			pa := createPosts(t, db, a, 1)[0]
 			createPosts(t, db, stranger, 1)
-			createPosts(t, db, reader, 1) // the reader's own posts are not followee posts
+			own := createPosts(t, db, reader, 1)[0] // a home feed holds its reader's own posts
+			want = append(want, own.ID)
 			if i%3 == 0 {
 				pb := createPosts(t, db, b, 2)
 				want = append(want, pb[0].ID, pb[1].ID)
@@ -411,7 +412,7 @@ func TestFolloweePosts(t *testing.T) {
 		}
 		slices.Sort(want)
 		slices.Reverse(want)
-		require.Len(t, want, 19)
+		require.Len(t, want, 31)
 
 		all, err := db.FolloweePosts(ctx, reader, math.MaxInt64, 100)
 		require.NoError(t, err)

@@ -13,8 +13,10 @@
 -- unless the reader follows the author, and it is written anew with version
 -- ARGV[6] (random, so that no version of a hash is ever seen twice), the
 -- version of the reader's graph the followees were read at, ARGV[8] (as "g"
--- and as each followee's), and the ARGV[5] followee ids that follow. It returns 1 when the set is complete
--- now, 0 when the rebuild gave up.
+-- and as each followee's), and the ARGV[5] followee ids that follow (the
+-- reader among them: their own posts are in their feed), and the users the
+-- reader hides, ARGV[#ARGV - 1] (field "x": see hide.lua). It returns 1 when
+-- the set is complete now, 0 when the rebuild gave up.
 local mk, hk, tk, fk = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local h = getSet(mk, hk)
 if not h or h.token ~= ARGV[4] then return 0 end
@@ -38,7 +40,7 @@ if fk then
     ids = without(ids, gone)
   end
   redis.call('DEL', fk)
-  redis.call('HSET', fk, 'v', ARGV[6], 'g', ARGV[8])
+  redis.call('HSET', fk, 'v', ARGV[6], 'g', ARGV[8], 'x', ARGV[#ARGV - 1])
   local followedAt = tonumber(ARGV[8]) + 1 -- see followField
   for i = 9, 8 + nFollowees do
     redis.call('HSET', fk, ARGV[i], followedAt)

@@ -1,0 +1,145 @@
+package feed_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/newsfeed/newsfeed/domain"
+	"github.com/newsfeed/newsfeed/feed"
+)
+
+// push fans an entry out to readers, as a worker does.
+func (b *bundle) push(t *testing.T, e domain.Entry, readers ...int64) {
+	t.Helper()
+	_, err := b.feeds.Push(context.Background(), e, readers, b.now(t), true)
+	require.NoError(t, err)
+}
+
+func (b *bundle) repost(t *testing.T, user, original int64) int64 {
+	t.Helper()
+	p, created, err := b.db.CreateRepost(context.Background(), user, original)
+	require.NoError(t, err)
+	require.True(t, created)
+	return p.ID
+}
+
+// applyHides applies the hide states a relation change left, as the API does.
+func (b *bundle) applyHides(t *testing.T, ch domain.RelationChange) {
+	t.Helper()
+	for _, st := range ch.Hides {
+		_, err := b.feeds.ApplyHide(context.Background(), st)
+		require.NoError(t, err)
+	}
+}
+
+// TestOwnPostsAreInTheFeed: a rebuild holds the reader's own posts, and
+// PushOwn puts a new one in at once.
+func TestOwnPostsAreInTheFeed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	first := b.post(t, 10)
+	require.Equal(t, []int64{first}, b.readAll(t, 10, 20), "the rebuild reads the reader's own posts")
+	second := b.post(t, 10)
+	require.NoError(t, b.feeds.PushOwn(ctx, domain.Entry{PostID: second, AuthorID: 10}))
+	reads := b.store.reads.Load()
+	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20))
+	require.Equal(t, reads, b.store.reads.Load(), "read from Redis alone")
+	// The fan-out's push of the same post finds it there.
+	res, err := b.feeds.Push(ctx, domain.Entry{PostID: second, AuthorID: 10}, []int64{10}, 0, false)
+	require.NoError(t, err)
+	require.Zero(t, res.Added)
+	require.Equal(t, []int64{second, first}, b.readAll(t, 10, 20))
+}
+
+// TestMuteHidesAtOnceAndUnmuteShowsAgain: the entries stay in the feed,
+// the read filters them, and an older state applied late changes nothing.
+func TestMuteHidesAtOnceAndUnmuteShowsAgain(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	p1 := b.post(t, 1)
+	p2 := b.post(t, 2)
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 10, 20))
+	// 2 reposts 1's post: the original shows, not the repost.
+	r := b.repost(t, 2, p1)
+	b.push(t, domain.Entry{PostID: r, AuthorID: 2}, 10)
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 10, 20))
+
+	muted, err := b.db.Mute(ctx, 10, 1)
+	require.NoError(t, err)
+	b.applyHides(t, muted)
+	reads := b.store.reads.Load()
+	require.Equal(t, []int64{p2}, b.readAll(t, 10, 20), "the muted author's post and the repost of it are hidden")
+	require.Equal(t, reads, b.store.reads.Load(), "Redis alone")
+
+	unmuted, err := b.db.Unmute(ctx, 10, 1)
+	require.NoError(t, err)
+	b.applyHides(t, unmuted)
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 10, 20), "shown again, without a merge")
+
+	// The mute's state, applied late, is stale.
+	applied, err := b.feeds.ApplyHide(ctx, muted.Hides[0])
+	require.NoError(t, err)
+	require.False(t, applied)
+	require.Equal(t, []int64{p2, p1}, b.readAll(t, 10, 20))
+}
+
+// TestRepostShowsOnceAndTheNextWhenItGoes: reader follows two reposters of
+// a post whose author they do not follow.
+func TestRepostShowsOnceAndTheNextWhenItGoes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 2)
+	b.follow(t, 10, 3)
+	p := b.post(t, 1)
+	r2 := b.repost(t, 2, p)
+	b.push(t, domain.Entry{PostID: r2, AuthorID: 2}, 10)
+	r3 := b.repost(t, 3, p)
+	b.push(t, domain.Entry{PostID: r3, AuthorID: 3}, 10)
+	require.Equal(t, []int64{r2}, b.readAll(t, 10, 20), "the first repost shows, once")
+
+	require.NoError(t, b.db.DeletePost(ctx, r2, 2))
+	require.NoError(t, b.feeds.ForgetPost(ctx, r2))
+	require.Equal(t, []int64{r3}, b.readAll(t, 10, 20), "deleting it brings the next")
+
+	b.follow(t, 10, 1)
+	_, err := applyFollowState(ctx, b.db, b.feeds, 10, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20), "following the author shows the original")
+
+	blocked, err := b.db.Block(ctx, 1, 10)
+	require.NoError(t, err)
+	for _, u := range blocked.Unfollow {
+		_, _, err := b.feeds.ApplyFollow(ctx, u.EdgeState)
+		require.NoError(t, err)
+	}
+	b.applyHides(t, blocked)
+	require.Empty(t, b.readAll(t, 10, 20), "a block by the author hides every repost of the post")
+	page, err := b.db.FolloweePosts(ctx, 10, 1<<62, 20)
+	require.NoError(t, err)
+	require.Empty(t, page, "PostgreSQL says the same")
+}
+
+// TestFeedOfAnOlderVersionIsRebuilt: a following hash without the hides
+// field is from before mutes and blocks, and the read rebuilds it.
+func TestFeedOfAnOlderVersionIsRebuilt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	p := b.post(t, 1)
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20))
+	_, err := b.db.Mute(ctx, 10, 1)
+	require.NoError(t, err)
+	// The older version's hash: no "x", and the mute not applied.
+	require.NoError(t, b.rdb.HDel(ctx, b.prefix+"follows:{10}", "x").Err())
+	rebuilds := b.store.rebuilds.Load()
+	require.Empty(t, b.readAll(t, 10, 20))
+	require.Equal(t, rebuilds+1, b.store.rebuilds.Load())
+}

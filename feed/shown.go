@@ -1,0 +1,126 @@
+package feed
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// A Redis feed holds every entry — post or repost — of the reader and of
+// the people they follow; what it shows is less (docs/API.md, "What a home
+// feed holds"): no entry whose author, or whose original's author, the
+// reader hides (a mute, a block either way: the following hash's list,
+// kept by hide.lua), and each original once, as its first entry. Hidden
+// entries stay in the feed, so that an unmute shows them again at once.
+
+// shown keeps, of posts (a page as the feed holds it, newest first), those
+// the reader's feed shows. A page of posts without reposts, read by a
+// reader who hides nobody — the common case — costs a byte search a post;
+// reposts that remain cost one PostgreSQL query a page (Repeats).
+func (f *Feeds) shown(ctx context.Context, reader int64, hides []int64, posts []domain.Post) ([]domain.Post, error) {
+	var reposts []int64
+	out := posts[:0]
+	hidden := 0
+	for _, p := range posts {
+		if len(hides) == 0 && p.JSON != nil && !bytes.Contains(p.JSON, repostKey) {
+			out = append(out, p) // neither hidden nor a repost: no need to decode it
+			continue
+		}
+		author, original, ok := p.Authors()
+		if !ok {
+			out = append(out, p) // not a post this version wrote: as it is
+			continue
+		}
+		if len(hides) > 0 && (isHidden(hides, author) || original != 0 && isHidden(hides, original)) {
+			hidden++
+			continue
+		}
+		if original != 0 {
+			reposts = append(reposts, p.ID)
+		}
+		out = append(out, p)
+	}
+	f.metrics.filtered(reasonHidden, hidden)
+	if len(reposts) == 0 {
+		return out, nil
+	}
+	repeats, err := f.store.Repeats(ctx, reader, reposts)
+	if err != nil {
+		return nil, fmt.Errorf("filter feed: %w", err)
+	}
+	kept := out[:0]
+	for _, p := range out {
+		if !repeats[p.ID] {
+			kept = append(kept, p)
+		}
+	}
+	f.metrics.filtered(reasonRepeat, len(out)-len(kept))
+	return kept, nil
+}
+
+// repostKey is in a post's JSON only as the key of a repost's original: in
+// a string, JSON escapes the quote that would end it.
+var repostKey = []byte(`"repost_of":`)
+
+func isHidden(hides []int64, user int64) bool {
+	_, found := slices.BinarySearch(hides, user)
+	return found
+}
+
+// ApplyHide applies a hide state to the reader's feed unless a newer one is
+// there (applied is false then). A feed that is not complete is dropped,
+// and its next read rebuilds it with the state.
+func (f *Feeds) ApplyHide(ctx context.Context, st domain.HideState) (applied bool, err error) {
+	keys := append(f.keys.feedSet(st.Reader).list(), f.keys.following(st.Reader))
+	n, err := hideScript.Run(ctx, f.rdb, keys, st.Other, st.Version, flag(st.Hidden)).Int()
+	if err != nil {
+		return false, fmt.Errorf("apply hide of %d to feed %d: %w", st.Other, st.Reader, err)
+	}
+	return n != -2, nil
+}
+
+// Hides returns the users whose entries reader's feed hides, ascending;
+// known is false when Redis does not hold the reader's feed complete.
+func (f *Feeds) Hides(ctx context.Context, reader int64) (hides []int64, known bool, err error) {
+	v, err := f.rdb.HMGet(ctx, f.keys.following(reader), versionField, mergesField, hidesField).Result()
+	if err != nil {
+		return nil, false, fmt.Errorf("hides of %d: %w", reader, err)
+	}
+	if !hashComplete(v) {
+		return nil, false, nil
+	}
+	raw, _ := v[2].(string)
+	return parseHides(raw), true, nil
+}
+
+// hashComplete tells, from HMGET of the following hash's version, merges
+// and hides fields, whether the hash is complete and of this version.
+func hashComplete(v []any) bool {
+	if len(v) != 3 {
+		return false
+	}
+	_, hasVersion := v[0].(string)
+	_, hasHides := v[2].(string)
+	return hasVersion && hasHides
+}
+
+// parseHides reads the hides field (parseIDs), ascending.
+func parseHides(s string) []int64 {
+	ids := parseIDs(s)
+	slices.Sort(ids)
+	return ids
+}
+
+// joinIDs writes ids as the hides field holds them.
+func joinIDs(ids []int64) string {
+	parts := make([]string, len(ids))
+	for i, id := range ids {
+		parts[i] = strconv.FormatInt(id, 10)
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,109 @@
+package store
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/newsfeed/newsfeed/domain"
+)
+
+// What a home feed holds (docs/API.md): the entries — posts and reposts —
+// of the reader and of the people they follow, without those whose author,
+// or whose original's author, the reader hides (mutes, or a block either
+// way), each original once: as its entry with the lowest id. The queries
+// below say it in SQL; the Redis feeds hold the entries unfiltered and
+// feed.Feeds filters them at read time by the same rules.
+
+// feedSourcesSQL are the CTEs every home-feed query starts with: hidden,
+// the users $1 hides; sources, the authors whose entries $1 sees (themself
+// and the followees they do not hide).
+const feedSourcesSQL = `
+WITH hidden AS (
+    SELECT muted_id AS id FROM mutes WHERE user_id = $1
+    UNION SELECT blocked_id FROM blocks WHERE blocker_id = $1
+    UNION SELECT blocker_id FROM blocks WHERE blocked_id = $1
+), sources AS (
+    SELECT $1::bigint AS id
+    UNION ALL
+    SELECT followee_id FROM follows WHERE follower_id = $1 AND followee_id NOT IN (SELECT id FROM hidden)
+)`
+
+// shownSQL is true for the entry p (a row of posts, live, by a source) that
+// the feed shows: a post, or a repost whose original's author is not
+// hidden and which is the first live entry of its original among the
+// sources' (the original itself, or an earlier repost), and is not deleted.
+const shownSQL = `(p.repost_of IS NULL OR (
+    NOT EXISTS (SELECT 1 FROM posts o WHERE o.id = p.repost_of AND (o.deleted_at IS NOT NULL
+                OR o.author_id IN (SELECT id FROM hidden) OR o.author_id IN (SELECT id FROM sources)))
+    AND NOT EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id
+                    AND e.deleted_at IS NULL AND e.author_id IN (SELECT id FROM sources))))`
+
+// FolloweePosts returns up to limit entries with id < before of
+// followerID's home feed, newest first, as the contract defines it: the
+// truth that a home feed caches, and what a read takes from PostgreSQL.
+// Each source contributes at most limit entries through the (author_id, id)
+// index, so the cost grows with the number of followees, not of their posts.
+func (db *DB) FolloweePosts(ctx context.Context, followerID, before int64, limit int) ([]domain.Post, error) {
+	rows, err := db.primary.Query(ctx, feedSourcesSQL+`
+SELECT `+postColumns+`
+FROM sources s
+CROSS JOIN LATERAL (
+    SELECT p.* FROM posts p
+    WHERE p.author_id = s.id AND p.id < $2 AND p.deleted_at IS NULL AND `+shownSQL+`
+    ORDER BY p.id DESC LIMIT $3
+) p
+LEFT JOIN posts o ON o.id = p.repost_of
+ORDER BY p.id DESC LIMIT $3`, followerID, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("followee posts: %w", err)
+	}
+	return collectPosts(rows)
+}
+
+// FeedEntries returns the newest limit entries that a Redis feed of userID
+// holds: every live post and repost of the user and of the people they
+// follow, unfiltered (reads filter them), so that an unmute or an unblock
+// shows what it hid without a merge.
+func (db *DB) FeedEntries(ctx context.Context, userID int64, limit int) ([]domain.Post, error) {
+	rows, err := db.primary.Query(ctx, `
+WITH sources AS (
+    SELECT $1::bigint AS id UNION ALL SELECT followee_id FROM follows WHERE follower_id = $1
+)
+SELECT `+postColumns+`
+FROM sources s
+CROSS JOIN LATERAL (
+    SELECT * FROM posts WHERE author_id = s.id AND deleted_at IS NULL ORDER BY id DESC LIMIT $2
+) p
+LEFT JOIN posts o ON o.id = p.repost_of
+ORDER BY p.id DESC LIMIT $2`, userID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("feed entries: %w", err)
+	}
+	return collectPosts(rows)
+}
+
+// Repeats returns which of reposts (ids) userID's home feed does not show
+// although it holds them: an earlier entry of the same original shows (see
+// shownSQL; the caller has dropped what is hidden). One query a page, and
+// only for pages that hold reposts.
+func (db *DB) Repeats(ctx context.Context, userID int64, reposts []int64) (map[int64]bool, error) {
+	rows, err := db.primary.Query(ctx, feedSourcesSQL+`
+SELECT p.id FROM posts p
+WHERE p.id = ANY($2) AND p.repost_of IS NOT NULL AND NOT `+shownSQL, userID, reposts)
+	if err != nil {
+		return nil, fmt.Errorf("repeated reposts: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[int64]bool)
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("repeated reposts: %w", err)
+		}
+		out[id] = true
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("repeated reposts: %w", err)
+	}
+	return out, nil
+}
