@@ -240,6 +240,8 @@ func TestWebAppMutesBlocksAndUserPages(t *testing.T) {
 	notFound := apiMessage(t, "GET", base+"/v1/users/5001/posts", frankToken, "", http.StatusNotFound)
 	frankPage.openUser(dave)
 	frankPage.WaitFor("the refusal of Dave's posts", alertShows("user-error", notFound))
+	require.False(t, browser.Eval[bool](frankPage.Page, shown("#user-posts-more")+" || "+shown("#user-posts-end")),
+		"nothing more to load, and no claim that Dave posted nothing")
 	forbidden := apiMessage(t, "PUT", base+"/v1/following/5001", frankToken, "", http.StatusForbidden)
 	frankPage.Click("#user-follow")
 	frankPage.WaitFor("the refusal of the follow", alertShows("user-error", forbidden))

@@ -102,6 +102,7 @@ export class PostList {
     this.list.setAttribute('aria-busy', 'false');
     this.cursor = null;
     this.done = true;
+    this.refused = false;
     this.loading = false;
     this.more.hidden = true;
     this.end.hidden = true;
@@ -125,13 +126,16 @@ export class PostList {
     } catch (err) {
       if (generation !== this.generation) return;
       showError(this.error, err);
+      // Refused for good (a user's posts hidden by a block, an id that is
+      // not one): nothing to load by trying again.
+      if (err.status >= 400 && err.status < 500 && err.status !== 429) this.done = this.refused = true;
     } finally {
       if (generation === this.generation) {
         this.loading = false;
         this.list.setAttribute('aria-busy', 'false');
         this.more.textContent = 'Load older posts';
         this.more.hidden = this.done;
-        this.end.hidden = !this.done;
+        this.end.hidden = !this.done || this.refused;
         this.showEnd();
       }
     }
