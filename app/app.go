@@ -585,7 +585,7 @@ func (s *System) serveRole(ctx context.Context, g *errgroup.Group, secret []byte
 		StreamMaxDuration: cfg.Stream.MaxDuration,
 
 		// The web app at /; with --dev it offers to sign in by user id.
-		App:       web.New(web.Config{Dev: s.Dev}),
+		App:       web.New(web.Config{Dev: s.Dev, MaxChars: cfg.Posts.MaxChars}),
 		DevTokens: s.Dev,
 	})
 	if err != nil {

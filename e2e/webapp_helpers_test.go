@@ -101,6 +101,45 @@ func (a *appPage) waitListed(what, list string, user int64) {
 	})()`, list, user))
 }
 
+// confirm waits for the confirmation dialog asking title, and confirms.
+func (a *appPage) confirm(title string) {
+	a.t.Helper()
+	a.WaitFor("the dialog asking "+title, `document.getElementById('confirm').open && `+textIs("#confirm-title", title))
+	a.Click("#confirm-yes")
+	a.WaitFor("the dialog closed", `!document.getElementById('confirm').open`)
+}
+
+// openUser opens a user's page by its address, #user/ID, and waits for
+// its posts (or the refusal to list them).
+func (a *appPage) openUser(id int64) {
+	a.t.Helper()
+	browser.Eval[bool](a.Page, fmt.Sprintf(`(location.hash = '#user/%d', true)`, id))
+	a.waitUserPage(id)
+}
+
+// waitUserPage waits until the page of user id shows, with where the
+// signed-in user stands with them and their posts read.
+func (a *appPage) waitUserPage(id int64) {
+	a.t.Helper()
+	a.WaitFor(fmt.Sprintf("the page of user %d", id), fmt.Sprintf(`!document.getElementById('view-user').hidden &&
+		document.getElementById('user-title').textContent === 'User %d' && !document.getElementById('user-actions').hidden &&
+		document.getElementById('user-posts').getAttribute('aria-busy') === 'false'`, id))
+}
+
+// shown is an expression true when the element the CSS selector finds
+// exists and is not hidden.
+func shown(css string) string {
+	return fmt.Sprintf(`(el => el !== null && !el.hidden)(document.querySelector(%s))`, browser.JS(css))
+}
+
+// menu opens the menu of the authors of the entry the CSS selector finds
+// and presses its item (mute or block) for user.
+func (a *appPage) menu(entry, item string, user int64) {
+	a.t.Helper()
+	a.Click(entry + " details.menu summary")
+	a.Click(fmt.Sprintf(`%s details.menu button.%s[data-user="%d"]`, entry, item, user))
+}
+
 // textIs is an expression true when the element's text is want.
 func textIs(css, want string) string {
 	return fmt.Sprintf(`document.querySelector(%s)?.textContent.trim() === %s`, browser.JS(css), browser.JS(want))

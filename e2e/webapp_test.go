@@ -81,6 +81,7 @@ func TestWebAppFeedPagingAndPeople(t *testing.T) {
 	newID := johnPage.postIDs("mine")[0]
 	require.Greater(t, newID, seeded[len(seeded)-1].ID)
 	johnPage.Click("#mine > li:first-child button.delete")
+	johnPage.confirm("Delete this post?")
 	johnPage.WaitFor("the deleted post to leave John's posts", fmt.Sprintf(`document.querySelector('#mine > li[data-id="%d"]') === null`, newID))
 	status, _ := johnAPI.do("GET", "/v1/posts/"+strconv.FormatInt(newID, 10), nil)
 	require.Equal(t, http.StatusNotFound, status, "the post is deleted, not only hidden")
@@ -310,7 +311,7 @@ func TestWebAppServedWithoutDev(t *testing.T) {
 	}
 	resp, body := get("/")
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
-	require.Contains(t, body, `<body data-dev="false">`)
+	require.Contains(t, body, `<body data-dev="false" data-max-chars="1000">`, "posts.max_chars's default")
 	resp, _ = get("/assets/app.js")
 	require.Equal(t, "text/javascript; charset=utf-8", resp.Header.Get("Content-Type"))
 
@@ -374,6 +375,7 @@ func TestWebAppLiveFeed(t *testing.T) {
 	johnPage.view("mine")
 	johnPage.WaitFor("the post among John's own", fmt.Sprintf(`document.querySelector('#mine > li[data-id="%d"] button.delete') !== null`, live))
 	johnPage.Click(fmt.Sprintf(`#mine > li[data-id="%d"] button.delete`, live))
+	johnPage.confirm("Delete this post?")
 	alanPage.WaitFor("John's deleted post to leave Alan's page", fmt.Sprintf(`document.querySelector('#feed > li[data-id="%d"]') === null`, live))
 	require.Equal(t, "kept", browser.Eval[string](alanPage.Page, `document.body.dataset.mark`), "no reload")
 

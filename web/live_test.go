@@ -29,6 +29,7 @@ type streamServer struct {
 	closing     chan struct{} // the test ended: held connections let go
 	mu          sync.Mutex
 	feedReads   int
+	feed        func() []any // the items of GET /v1/feed; nil: firstPost alone
 }
 
 // streamConn is one request for the stream, held until the test answers.
@@ -58,8 +59,12 @@ func newStreamServer(t *testing.T) *streamServer {
 	mux.HandleFunc("GET /v1/feed", func(w http.ResponseWriter, _ *http.Request) {
 		s.mu.Lock()
 		s.feedReads++
+		items := []any{firstPost}
+		if s.feed != nil {
+			items = s.feed()
+		}
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"items": []any{firstPost}, "next_cursor": nil})
+		writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_cursor": nil})
 	})
 	mux.HandleFunc("PUT /v1/following/{id}", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -143,10 +148,44 @@ func (s *streamServer) events(hold <-chan struct{}, evs ...string) func(http.Res
 	}
 }
 
+// eventsFrom starts a stream and writes each event it receives from evs,
+// as it comes, until the test ends.
+func (s *streamServer) eventsFrom(evs <-chan string) func(http.ResponseWriter, func()) {
+	return func(w http.ResponseWriter, flush func()) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.WriteHeader(http.StatusOK)
+		fmt.Fprint(w, "retry: 50\n\n")
+		flush()
+		for {
+			select {
+			case ev := <-evs:
+				fmt.Fprint(w, ev)
+				flush()
+			case <-s.closing:
+				return
+			}
+		}
+	}
+}
+
 func refuse(status int, code, message string) func(http.ResponseWriter, func()) {
 	return func(w http.ResponseWriter, _ func()) {
 		writeJSON(w, status, map[string]any{"error": map[string]string{"code": code, "message": message}})
 	}
+}
+
+// refuseAfter is refuse with a Retry-After header.
+func refuseAfter(status int, code, message, retryAfter string) func(http.ResponseWriter, func()) {
+	return func(w http.ResponseWriter, flush func()) {
+		w.Header().Set("Retry-After", retryAfter)
+		refuse(status, code, message)(w, flush)
+	}
+}
+
+// textMatches is an expression true when the text of the element the CSS
+// selector finds matches the JavaScript regular expression re.
+func textMatches(css, re string) string {
+	return fmt.Sprintf(`new RegExp(%s).test(document.querySelector(%s)?.textContent ?? '')`, browser.JS(re), browser.JS(css))
 }
 
 func postEvent(id int, body string) string {
@@ -201,18 +240,40 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 	page.Click(`#nav a[data-view="feed"]`)
 	page.WaitFor("the post back after the feed was read again", `document.querySelector('#feed > li[data-id="3"]') !== null`)
 
-	// The stream alone refuses (over the per-user limit, say): EventSource
-	// gives up without saying why; the page asks, and shows the message.
+	// The stream alone refuses (over the per-user limit, say), saying when
+	// to come back: EventSource gives up without saying why; the page asks,
+	// tells the reader in plain words (the server's speak of configuration
+	// keys, to operators), counts down, and waits as long as Retry-After
+	// says: longer than it would wait by itself (2 s after a connection
+	// that was open).
 	close(hold)
-	s.next(t).answer <- refuse(http.StatusTooManyRequests, "too_many_streams", "at most 5 streams per user")
-	s.next(t).answer <- refuse(http.StatusTooManyRequests, "too_many_streams", "at most 5 streams per user") // the page's own look
-	page.WaitFor("the refusal's message", `document.getElementById('live-state').textContent.startsWith(
-		'Live updates paused: at most 5 streams per user; trying again in ')`)
+	const tooMany = "you have as many live streams open as you may (stream.max_per_user); close one, or try again in 3 s"
+	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
+	// The page's own look, which it waits from: after this moment.
+	refused := time.Now()
+	s.next(t).answer <- refuseAfter(http.StatusTooManyRequests, "rate_limited", tooMany, "3")
+	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
+		`^Live updates paused, retrying in 3 s\. Too many of your tabs or windows are live at once\.$`))
+	page.Screenshot("live-updates-paused.png")
+	page.WaitFor("the count down", textMatches("#live-state", `^Live updates paused, retrying in 1 s\. `))
 
-	// It tries again later, resuming from the newest post it shows.
+	// It tries again once Retry-After has passed, resuming from the newest
+	// post it shows.
 	third := s.next(t)
+	waited := time.Since(refused)
+	require.GreaterOrEqual(t, waited, 3*time.Second, "the page came back %s after a Retry-After of 3 s", waited)
 	require.Equal(t, "6", third.queryID, "a new connection resumes from the newest post shown")
-	third.answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
+
+	// The server is full: the same, in other words, for as long as it says.
+	third.answer <- refuseAfter(http.StatusServiceUnavailable, "unavailable",
+		"this server holds as many live streams as it may; try again later", "1")
+	s.next(t).answer <- refuseAfter(http.StatusServiceUnavailable, "unavailable",
+		"this server holds as many live streams as it may; try again later", "1")
+	page.WaitFor("the pause, told in plain words", textMatches("#live-state",
+		`^Live updates paused, retrying in 1 s\. The server is busy\.$`))
+
+	fourth := s.next(t)
+	fourth.answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
 	s.next(t).answer <- refuse(http.StatusUnauthorized, "unauthenticated", "missing or invalid bearer token")
 	page.WaitFor("the sign-in form, with the reason", `!document.getElementById('sign-in').hidden &&
 		document.getElementById('sign-in-error').textContent === 'The server refused the token (missing or invalid bearer token). Sign in again.'`)

@@ -6,7 +6,8 @@
 //
 // The page is rendered once, when the handler is made, with what the server
 // knows and the page cannot ask: whether it runs with --dev (then the page
-// offers to sign in by user id through POST /dev/token).
+// offers to sign in by user id through POST /dev/token), and the longest
+// post the API accepts (posts.max_chars), which the page counts down to.
 package web
 
 import (
@@ -37,11 +38,19 @@ const indexFile = "index.html"
 
 var indexTemplate = template.Must(template.ParseFS(files, "static/"+indexFile))
 
+// DefaultMaxChars is Config.MaxChars when unset: the API's default
+// posts.max_chars.
+const DefaultMaxChars = 1000
+
 // Config says what the page is rendered with.
 type Config struct {
 	// Dev offers signing in by user id (POST /dev/token), which exists only
 	// with --dev. Defaults to false: the page asks for a token.
 	Dev bool
+	// MaxChars is the longest post body the API accepts, in characters
+	// (posts.max_chars): the page counts what is written against it.
+	// Defaults to DefaultMaxChars (1000).
+	MaxChars int
 }
 
 // App serves the page at / and its files under AssetsPrefix.
@@ -60,6 +69,9 @@ type file struct {
 // New renders the page and indexes the files.
 func New(cfg Config) *App {
 	a := &App{files: map[string]file{}}
+	if cfg.MaxChars <= 0 {
+		cfg.MaxChars = DefaultMaxChars
+	}
 	var page bytes.Buffer
 	if err := indexTemplate.Execute(&page, cfg); err != nil {
 		panic("web: render " + indexFile + ": " + err.Error()) // a bug in the embedded template, caught by any test

@@ -79,15 +79,24 @@ func TestThePageSaysWhetherDevSignInExists(t *testing.T) {
 	for _, dev := range []bool{false, true} {
 		body := get(t, web.New(web.Config{Dev: dev}), http.MethodGet, "/").Body.String()
 		if dev {
-			require.Contains(t, body, `<body data-dev="true">`)
+			require.Contains(t, body, `<body data-dev="true" `)
 		} else {
-			require.Contains(t, body, `<body data-dev="false">`)
+			require.Contains(t, body, `<body data-dev="false" `)
 		}
 	}
 	require.NotEqual(t,
 		get(t, web.New(web.Config{Dev: true}), http.MethodGet, "/").Header().Get("ETag"),
 		get(t, web.New(web.Config{}), http.MethodGet, "/").Header().Get("ETag"),
 		"two pages, two ETags")
+}
+
+// The page counts a post's characters against the API's limit, which only
+// the server knows (posts.max_chars).
+func TestThePageKnowsTheLongestPost(t *testing.T) {
+	body := get(t, web.New(web.Config{}), http.MethodGet, "/").Body.String()
+	require.Contains(t, body, `data-max-chars="1000"`, "the API's default")
+	body = get(t, web.New(web.Config{MaxChars: 280}), http.MethodGet, "/").Body.String()
+	require.Contains(t, body, `data-max-chars="280"`)
 }
 
 // Every file the page and its modules name is one the app serves: a typo

@@ -88,8 +88,31 @@ export class Api {
   followers(userId, cursor) {
     return this.call('GET', `/v1/users/${seg(userId)}/followers` + query({ cursor }));
   }
-  following(userId, cursor) {
-    return this.call('GET', `/v1/users/${seg(userId)}/following` + query({ cursor }));
+  following(userId, cursor, limit) {
+    return this.call('GET', `/v1/users/${seg(userId)}/following` + query({ cursor, limit }));
+  }
+  // repost reposts post id (of a repost: its original); the answer is the
+  // repost, the same one when asked again.
+  repost(id) {
+    return this.call('POST', `/v1/posts/${seg(id)}/reposts`);
+  }
+  mute(userId) {
+    return this.call('PUT', `/v1/mutes/${seg(userId)}`);
+  }
+  unmute(userId) {
+    return this.call('DELETE', `/v1/mutes/${seg(userId)}`);
+  }
+  mutes(cursor, limit) {
+    return this.call('GET', '/v1/mutes' + query({ cursor, limit }));
+  }
+  block(userId) {
+    return this.call('PUT', `/v1/blocks/${seg(userId)}`);
+  }
+  unblock(userId) {
+    return this.call('DELETE', `/v1/blocks/${seg(userId)}`);
+  }
+  blocks(cursor, limit) {
+    return this.call('GET', '/v1/blocks' + query({ cursor, limit }));
   }
 }
 

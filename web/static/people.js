@@ -1,7 +1,8 @@
 // Followers and following: two lists of one user's follows, each read page
-// by page through next_cursor with a "More" button.
+// by page through next_cursor with a "More" button; and what the signed-in
+// user knows of another: whether they follow, mute or block them.
 
-import { showError, clearError, formatTime } from './ui.js';
+import { showError, clearError, formatTime, userLink } from './ui.js';
 
 export class FollowList {
   // opts: list (the <ul>), title (its heading), more (the button), end (the
@@ -68,13 +69,49 @@ export class FollowList {
   render(follow) {
     const li = document.createElement('li');
     li.dataset.user = String(follow.user_id);
-    const who = document.createElement('span');
-    who.className = 'who';
-    who.textContent = String(follow.user_id) === this.me ? `You (user ${follow.user_id})` : `User ${follow.user_id}`;
+    const who = userLink(follow.user_id, this.me);
+    who.classList.add('who');
     const since = document.createElement('time');
     since.dateTime = follow.since;
     since.textContent = 'since ' + formatTime(follow.since);
     li.append(who, ' ', since);
     return li;
+  }
+}
+
+// How many pages of their own lists (100 a page) the page reads to learn
+// whether the signed-in user follows, mutes or blocks someone: past that,
+// it does not know, and offers both ways.
+const relationPages = 10;
+
+// Relations says whether the signed-in user follows, mutes or blocks
+// another user, from their own lists (GET /v1/users/{me}/following,
+// /v1/mutes, /v1/blocks), each read afresh when asked: another tab may
+// have changed them.
+export class Relations {
+  // lists: {following, mutes, blocks}, each (cursor, limit) → a page of
+  // {user_id, since}.
+  constructor(lists) {
+    this.lists = lists;
+  }
+
+  // of returns {following, muted, blocked} about userId: true or false,
+  // or null when the list is longer than the page reads.
+  async of(userId) {
+    const [following, muted, blocked] = await Promise.all(
+      ['following', 'mutes', 'blocks'].map((kind) => this.has(kind, String(userId))),
+    );
+    return { following, muted, blocked };
+  }
+
+  async has(kind, userId) {
+    let cursor = null;
+    for (let i = 0; i < relationPages; i++) {
+      const page = await this.lists[kind](cursor, 100);
+      if (page.items.some((r) => String(r.user_id) === userId)) return true;
+      cursor = page.next_cursor;
+      if (!cursor) return false;
+    }
+    return null;
   }
 }
