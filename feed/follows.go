@@ -24,6 +24,9 @@ import (
 // second completes what a failed first one left. applied is false when
 // the state was stale.
 func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error) {
+	if st.Follower == st.Followee {
+		return 0, false, nil // a feed always holds its reader's own posts
+	}
 	since := f.replicas.Begin(ctx, f.keys.feed(st.Follower), f.keys.following(st.Follower))
 	if st.Following {
 		added, err = f.followed(ctx, st)

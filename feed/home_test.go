@@ -2,12 +2,14 @@ package feed_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/feed"
+	"github.com/newsfeed/newsfeed/store"
 )
 
 // push fans an entry out to readers, as a worker does.
@@ -142,4 +144,69 @@ func TestFeedOfAnOlderVersionIsRebuilt(t *testing.T) {
 	rebuilds := b.store.rebuilds.Load()
 	require.Empty(t, b.readAll(t, 10, 20))
 	require.Equal(t, rebuilds+1, b.store.rebuilds.Load())
+}
+
+// repeatsHook runs hook once, just before a Repeats query: a graph change
+// that commits while a read is between its Redis step and its PostgreSQL
+// one.
+type repeatsHook struct {
+	*store.DB
+	once sync.Once
+	hook func()
+}
+
+func (s *repeatsHook) Repeats(ctx context.Context, user int64, reposts []int64) (map[int64]bool, error) {
+	s.once.Do(func() {
+		if s.hook != nil {
+			s.hook()
+		}
+	})
+	return s.DB.Repeats(ctx, user, reposts)
+}
+
+// TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce: the page must be the
+// feed at one moment, though its hidden users come from Redis and its
+// repeats from PostgreSQL (a reviewer's probe).
+func TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rh *repeatsHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { rh = &repeatsHook{DB: db}; return rh })
+	b.follow(t, 10, 2)
+	b.follow(t, 10, 3)
+	o := b.post(t, 1) // by someone 10 does not follow
+	r1 := b.repost(t, 2, o)
+	r2 := b.repost(t, 3, o)
+	b.readAll(t, 10, 20) // builds the feed
+	b.push(t, domain.Entry{PostID: r1, AuthorID: 2}, 10)
+	b.push(t, domain.Entry{PostID: r2, AuthorID: 3}, 10)
+	for _, tc := range []struct {
+		name   string
+		change func() (domain.RelationChange, error)
+		want   int64
+	}{
+		{"mute", func() (domain.RelationChange, error) { return b.db.Mute(ctx, 10, 2) }, r2},
+		{"unmute", func() (domain.RelationChange, error) { return b.db.Unmute(ctx, 10, 2) }, r1},
+	} {
+		var ch domain.RelationChange
+		rh.once = sync.Once{}
+		rh.hook = func() {
+			// As the API does: mark, commit; the application comes later.
+			_, err := b.feeds.MarkGraphChange(ctx, 10)
+			require.NoError(t, err)
+			ch, err = tc.change()
+			require.NoError(t, err)
+		}
+		page, err := b.feeds.Read(ctx, 10, 0, 20)
+		require.NoError(t, err)
+		var ids []int64
+		for _, p := range page.Posts {
+			ids = append(ids, p.ID)
+		}
+		require.Equal(t, []int64{tc.want}, ids, "%s: one entry of the original (r1=%d r2=%d)", tc.name, r1, r2)
+		rh.hook = nil
+		b.applyHides(t, ch)
+		require.NoError(t, b.rdb.Del(ctx, b.prefix+"graphmark:{10}").Err())
+		require.Equal(t, []int64{tc.want}, b.readAll(t, 10, 20), "%s, applied", tc.name)
+	}
 }

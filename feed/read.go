@@ -46,7 +46,7 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 			if hydrated, err = f.hydrate(ctx, ids); err == nil {
 				// What the feed holds but does not show goes as a deleted
 				// post does: the page reads on.
-				hydrated, err = f.shown(ctx, userID, r.hides, hydrated)
+				hydrated, err = f.shown(ctx, r, hydrated)
 			}
 			posts = append(posts, hydrated...)
 		}
@@ -88,6 +88,8 @@ type feedReader struct {
 	opened bool
 	celebs []int64
 	hides  []int64 // users whose entries the reader's feed hides
+	// version is the following hash's version when the feed was opened.
+	version string
 }
 
 // sourceSet is what one Redis source of a home feed gave for a page.
@@ -195,7 +197,7 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 	if r.celebs, err = f.celebrities(ctx, r.user, meta); err != nil {
 		return nil, err
 	}
-	r.hides = meta.hides
+	r.hides, r.version = meta.hides, meta.followingVersion
 	r.opened = true
 	if len(r.celebs) > maxPulledSources {
 		return nil, errFromPostgres

@@ -2,11 +2,14 @@ package feed
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/newsfeed/newsfeed/domain"
 )
@@ -22,7 +25,8 @@ import (
 // the reader's feed shows. A page of posts without reposts, read by a
 // reader who hides nobody — the common case — costs a byte search a post;
 // reposts that remain cost one PostgreSQL query a page (Repeats).
-func (f *Feeds) shown(ctx context.Context, reader int64, hides []int64, posts []domain.Post) ([]domain.Post, error) {
+func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) ([]domain.Post, error) {
+	hides := r.hides
 	var reposts []int64
 	out := posts[:0]
 	hidden := 0
@@ -49,9 +53,18 @@ func (f *Feeds) shown(ctx context.Context, reader int64, hides []int64, posts []
 	if len(reposts) == 0 {
 		return out, nil
 	}
-	repeats, err := f.store.Repeats(ctx, reader, reposts)
+	repeats, err := f.store.Repeats(ctx, r.user, reposts)
 	if err != nil {
 		return nil, fmt.Errorf("filter feed: %w", err)
+	}
+	// Repeats read the graph in PostgreSQL after Redis gave the page: a
+	// follow, an unfollow, a mute or a block between the two would be
+	// seen by one and not the other, and the page could show an original
+	// twice, or not at all. Such a change is marked in flight from before
+	// its commit until its application bumps the hash's version: unless
+	// both are as the page found them, the page comes from PostgreSQL.
+	if same, err := f.graphUnchanged(ctx, r); err != nil || !same {
+		return nil, cmp.Or(err, errFromPostgres)
 	}
 	kept := out[:0]
 	for _, p := range out {
@@ -66,6 +79,31 @@ func (f *Feeds) shown(ctx context.Context, reader int64, hides []int64, posts []
 // repostKey is in a post's JSON only as the key of a repost's original: in
 // a string, JSON escapes the quote that would end it.
 var repostKey = []byte(`"repost_of":`)
+
+// graphUnchanged reports whether the reader's graph, as Redis holds it,
+// is still at the version their read opened with, with no change in flight.
+func (f *Feeds) graphUnchanged(ctx context.Context, r *feedReader) (bool, error) {
+	var hash *redis.SliceCmd
+	var mark *redis.StringCmd
+	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
+		hash = p.HMGet(ctx, f.keys.following(r.user), versionField, mergesField, hidesField)
+		mark = p.Get(ctx, f.keys.graphMark(r.user))
+		return nil
+	})
+	if err = failure(firstError(cmds, err)); err != nil {
+		return false, fmt.Errorf("filter feed: %w", err)
+	}
+	if n, _ := mark.Int(); n > 0 {
+		return false, nil
+	}
+	v := hash.Val()
+	if !hashComplete(v) {
+		return false, nil
+	}
+	version, _ := v[0].(string)
+	pending, _ := v[1].(string)
+	return version == r.version && (pending == "" || pending == "0"), nil
+}
 
 func isHidden(hides []int64, user int64) bool {
 	_, found := slices.BinarySearch(hides, user)

@@ -6,7 +6,8 @@
 -- as of version ARGV[2] of the reader's graph. The hash keeps, per user it
 -- ever hid, a field "h<id>" signed as a followee's is (see followField), and
 -- the list of the users hidden now, field "x" (decimal ids, commas between),
--- which reads take with the hash's version and filter by. The entries stay
+-- which reads take with the hash's version (which this bumps) and filter
+-- by. The entries stay
 -- in the feed, so that an unmute shows them again at once. A state that is
 -- stale changes nothing: a newer one was applied, or the hash was rebuilt
 -- at or after it. A feed under rebuild, or whose hash has no "x" (missing,
@@ -36,4 +37,5 @@ for id in string.gmatch(f[3], '%d+') do
 end
 if hidden then list[#list + 1] = other end
 redis.call('HSET', fk, 'x', table.concat(list, ','))
+redis.call('HINCRBY', fk, 'v', 1) -- a read that asked PostgreSQL meanwhile sees the change
 return 1
