@@ -201,10 +201,11 @@ func (b *testBundle) del(t *testing.T, as int64, path string) response {
 
 // apiPost is the JSON shape of a post.
 type apiPost struct {
-	ID        int64  `json:"id"`
-	AuthorID  int64  `json:"author_id"`
-	Body      string `json:"body"`
-	CreatedAt string `json:"created_at"`
+	ID        int64    `json:"id"`
+	AuthorID  int64    `json:"author_id"`
+	Body      string   `json:"body,omitempty"`
+	CreatedAt string   `json:"created_at"`
+	RepostOf  *apiPost `json:"repost_of,omitempty"` // a repost's original
 }
 
 // apiFollow is the JSON shape of a follow listing item.

@@ -77,6 +77,17 @@ func TestUnfollow(t *testing.T) {
 		require.Equal(t, state{}, b.state(t))
 	})
 
+	t.Run("of yourself keeps your own posts in your feed", func(t *testing.T) {
+		t.Parallel()
+		_, b := setup(t)
+		own := b.createPost(t, 1, "mine")
+		require.Equal(t, []int64{own.ID}, readFeed(t, b, 1, 20))
+		b.unfollow(t, 1, 1)
+		require.Equal(t, []int64{own.ID}, readFeed(t, b, 1, 20), "a home feed holds its reader's own posts")
+		next := b.createPost(t, 1, "mine too")
+		require.Equal(t, []int64{next.ID, own.ID}, readFeed(t, b, 1, 20))
+	})
+
 	t.Run("is 204 and idempotent", func(t *testing.T) {
 		t.Parallel()
 		_, b := setup(t)

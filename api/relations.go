@@ -28,10 +28,18 @@ func (s *Server) createRepost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Reposting a repost reposts its original; a block between the caller
-	// and the repost's author hides it as it hides the original.
-	if err := s.notBlocked(ctx, me, target); err != nil {
-		return err
+	// Reposting a repost reposts its original. A post hidden from the
+	// caller — its author, or its original's, muted by them or behind a
+	// block either way — is not there to repost (docs/API.md).
+	for _, author := range []int64{target.AuthorID, originalAuthor(target)} {
+		if author == 0 || author == me {
+			continue
+		}
+		if hidden, err := s.graph.Hides(ctx, me, author); err != nil {
+			return err
+		} else if hidden {
+			return domain.ErrNotFound
+		}
 	}
 	original := target.OriginalID()
 	repost, created, err := s.posts.CreateRepost(ctx, me, original)

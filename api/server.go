@@ -59,6 +59,9 @@ type Graph interface {
 	Blocks(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 	// Blocked reports whether a block stands between a and b, either way.
 	Blocked(ctx context.Context, a, b int64) (bool, error)
+	// Hides reports whether reader's feed hides other's entries: a mute
+	// by reader, or a block either way.
+	Hides(ctx context.Context, reader, other int64) (bool, error)
 }
 
 // Feeds reads home feeds and keeps them right after follows and deletes.
@@ -322,7 +325,6 @@ func (s *Server) deletePost(c echo.Context) error {
 	for _, gone := range append([]int64{id}, reposts...) {
 		if err := s.feeds.ForgetPost(ctx, gone); err != nil {
 			s.degraded(c, "cannot hide deleted post yet; its event will", err, zap.Int64("post_id", gone))
-			break
 		}
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -352,10 +354,14 @@ func (s *Server) changeFollow(c echo.Context, follow bool) error {
 	}
 	ctx, me := c.Request().Context(), userID(c)
 	change := s.graph.Unfollow
-	if follow {
-		if followee == me {
-			return domain.ErrSelfFollow // before anything is written
-		}
+	switch {
+	case follow && followee == me:
+		return domain.ErrSelfFollow // before anything is written
+	case followee == me:
+		// Nobody follows themself, and everyone's feed holds their own
+		// posts: there is nothing to undo, and nothing is written.
+		return c.NoContent(http.StatusNoContent)
+	case follow:
 		change = s.graph.Follow
 	}
 	unmark, err := s.feeds.MarkGraphChange(ctx, me)

@@ -235,7 +235,9 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	case domain.LiveFollowed:
 		delete(st.unfollowed, ev.AuthorID)
 		clear(st.removed) // a post removed by an unfollow may come back
-		return nil
+		// The followee's posts may show now, and the reposts of them
+		// that showed before no longer.
+		return st.resync(ctx)
 	case domain.LiveUnfollowed:
 		// A fan-out that read its page of followers before the unfollow
 		// still announces the author's posts the feed refused: not sent.
@@ -311,7 +313,11 @@ func (st *stream) resync(ctx context.Context) error {
 			shown[post.ID] = true
 			last = post.ID
 			read++
-			if !st.sent[post.ID] && (post.ID > st.floor || st.removed[post.ID]) {
+			// Not sent, and shown now: above the floor (new), brought back
+			// (an unmute), or at or above the lowest post the client holds
+			// from this stream (a repost that shows now in place of one
+			// that left).
+			if !st.sent[post.ID] && (post.ID > st.floor || st.removed[post.ID] || post.ID >= lowest) {
 				back = append(back, post)
 			}
 		}

@@ -76,7 +76,9 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 func (w *Worker) pushOwn(ctx context.Context, e domain.Entry) error {
 	res, err := w.feeds.Push(ctx, e, []int64{e.AuthorID}, 0, false)
 	w.metrics.entries.Add(float64(res.Added))
-	if err == nil && res.Added > 0 {
+	if len(res.Holders) > 0 {
+		// Also when the API's push added it first: the author's streams
+		// learn of it here (a stream skips what it sent already).
 		w.cfg.Live.Pushed(ctx, e.PostID, e.AuthorID, res.Holders)
 	}
 	return err

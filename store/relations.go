@@ -159,3 +159,13 @@ SELECT blocked_id, created_at FROM blocks
 WHERE blocker_id = $1 AND ($2::timestamptz IS NULL OR (created_at, blocked_id) < ($2, $3))
 ORDER BY created_at DESC, blocked_id DESC LIMIT $4`, userID, after, limit)
 }
+
+// Hides reports whether reader's home feed hides the entries of other: a
+// mute by reader, or a block either way.
+func (db *DB) Hides(ctx context.Context, reader, other int64) (bool, error) {
+	var hidden bool
+	if err := db.primary.QueryRow(ctx, `SELECT `+hiddenSQL, reader, other).Scan(&hidden); err != nil {
+		return false, fmt.Errorf("hide between %d and %d: %w", reader, other, err)
+	}
+	return hidden, nil
+}
