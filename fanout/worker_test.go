@@ -436,6 +436,9 @@ type hookedFeeds struct {
 }
 
 func (f *hookedFeeds) Push(ctx context.Context, e domain.Entry, followers []int64, asOf int64, first bool) (domain.PushResult, error) {
+	if len(followers) == 1 && followers[0] == e.AuthorID {
+		return f.Feeds.Push(ctx, e, followers, asOf, first) // the author's own feed: not a page of followers
+	}
 	f.pushes.Add(1)
 	if f.beforePush != nil {
 		if err := f.beforePush(ctx); err != nil {
