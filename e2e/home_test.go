@@ -202,3 +202,73 @@ func TestRepostShownOnce(t *testing.T) {
 		require.Empty(t, rd.feed(), "a block the other way hides r2's repost too")
 	})
 }
+
+// TestOwnPostsAndRepostsFromThe201: a user's own posts and reposts are in
+// their feed from the 201 on — with serve alone, no dispatcher and no
+// worker, only the creating request can have put them there — a repost
+// as {"id", "author_id", "created_at", "repost_of"} with no body; the
+// fan-out that comes later adds nothing twice. Reposting again, or
+// reposting a repost of the same post, returns the first repost with 200;
+// one's own post cannot be reposted.
+func TestOwnPostsAndRepostsFromThe201(t *testing.T) {
+	t.Parallel()
+	c := newCluster(t)
+	serve := c.start("serve")
+	const me, stranger, other, friend = 1, 2, 3, 4
+	cl := serve.client(me)
+	require.Empty(t, cl.feed()) // the feed is in Redis from here on
+
+	theirs := serve.client(stranger).post("a stranger's post")
+	var want []int64 // newest first
+	for i := range 4 {
+		p := cl.post("my post " + strconv.Itoa(i))
+		want = append([]int64{p.ID}, want...)
+		require.Equal(t, want, ids(cl.feed()...), "my posts, the newest from its 201 on")
+		require.Equal(t, 1, c.feedsHolding([]int64{me}, p.ID), "put into my feed in Redis by the request")
+	}
+	mine := cl.repost(theirs.ID, theirs.ID)
+	want = append([]int64{mine.ID}, want...)
+	items := cl.feedItems(20)
+	require.NotEmpty(t, items)
+	var first post
+	require.NoError(t, json.Unmarshal(items[0], &first))
+	require.Equal(t, mine.ID, first.ID, "my repost first, from its 201 on: %s", items[0])
+	require.EqualValues(t, me, first.AuthorID)
+	require.Equal(t, theirs, *first.RepostOf, "the original in repost_of")
+	require.Equal(t, want, ids(cl.feed()...))
+	require.Equal(t, 1, c.feedsHolding([]int64{me}, mine.ID), "put into my feed in Redis by the request")
+
+	// Read, reposted again, reposted through another's repost: the same one.
+	out := cl.expect("GET", "/v1/posts/"+itoa(mine.ID), http.StatusOK)
+	requirePostShape(t, out)
+	var read post
+	require.NoError(t, json.Unmarshal(out, &read))
+	require.Equal(t, mine, read)
+	out = cl.expect("POST", "/v1/posts/"+itoa(theirs.ID)+"/reposts", http.StatusOK)
+	require.NoError(t, json.Unmarshal(out, &read))
+	require.Equal(t, mine, read, "a second repost returns the first")
+	viaOther := serve.client(other).repost(theirs.ID, theirs.ID)
+	out = cl.expect("POST", "/v1/posts/"+itoa(viaOther.ID)+"/reposts", http.StatusOK)
+	require.NoError(t, json.Unmarshal(out, &read))
+	require.Equal(t, mine, read, "reposting a repost reposts its original, which I had reposted")
+	// My own post, directly or through another's repost of it: 422.
+	cl.expectError("POST", "/v1/posts/"+itoa(want[1])+"/reposts", http.StatusUnprocessableEntity, "invalid_argument")
+	ofMine := serve.client(other).repost(want[1], want[1])
+	cl.expectError("POST", "/v1/posts/"+itoa(ofMine.ID)+"/reposts", http.StatusUnprocessableEntity, "invalid_argument")
+	require.Equal(t, want, ids(cl.feed()...), "nothing new in my feed")
+
+	// The fan-out runs now, and pushes each into my feed again: once each.
+	c.start("dispatch")
+	c.start("work")
+	c.waitOutboxDrained(30 * time.Second)
+	require.Equal(t, want, ids(cl.feed()...), "each once after the fan-out")
+
+	// A repost of a post that shows already (by someone I follow) adds no
+	// second entry of it: the original, the lowest id, shows.
+	cl.follow(friend)
+	c.waitOutboxDrained(30 * time.Second)
+	fp := serve.client(friend).post("a friend's post")
+	c.waitOutboxDrained(30 * time.Second)
+	cl.repost(fp.ID, fp.ID)
+	require.Equal(t, append([]int64{fp.ID}, want...), ids(cl.feed()...), "the friend's post once, as itself")
+}
