@@ -129,19 +129,28 @@ func (s *Server) changeRelation(c echo.Context, change relationFunc, both bool) 
 		readers = append(readers, other)
 	}
 	// Reads of either feed come from PostgreSQL from before the commit
-	// until the change is applied (see changeFollow).
-	var unmarks []func()
-	for _, r := range readers {
-		unmark, err := s.feeds.MarkGraphChange(ctx, r)
-		if err != nil {
-			s.degraded(c, "cannot mark the graph change in flight", err)
-		}
-		unmarks = append(unmarks, unmark)
+	// until the change is applied (see changeFollow). Without Redis there
+	// is no mark, and the change is refused (503, nothing written; unlike
+	// follows, API.md does not take mutes and blocks on PostgreSQL alone):
+	// accepted, it would hide only until Redis is back, whose feeds, their
+	// hides and follows from before the change, would show what it hides
+	// — a blocked user the blocker's posts — until its events ran.
+	if redisKnownDown(s.cfg.Outages) {
+		return errRedisKnownDown
 	}
+	var unmarks []func()
 	unmarkAll := func() {
 		for _, u := range unmarks {
 			u()
 		}
+	}
+	for _, r := range readers {
+		unmark, err := s.feeds.MarkGraphChange(ctx, r)
+		if err != nil {
+			unmarkAll()
+			return err
+		}
+		unmarks = append(unmarks, unmark)
 	}
 	ch, err := change(ctx, me, other)
 	if err != nil {

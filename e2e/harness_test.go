@@ -429,6 +429,8 @@ type post struct {
 	ID       int64  `json:"id"`
 	AuthorID int64  `json:"author_id"`
 	Body     string `json:"body"`
+	// RepostOf is the original of a repost, nil for a post.
+	RepostOf *post `json:"repost_of"`
 }
 
 type postPage struct {

@@ -144,17 +144,25 @@ func (db *DB) Blocked(ctx context.Context, a, b int64) (bool, error) {
 	return blocked, nil
 }
 
-// Mutes lists whom userID mutes, newest first, after the cursor.
+// onPrimary is db with its reads on the primary too: the lists of a
+// caller's own mutes and blocks, which docs/API.md has read the primary
+// (only the followers, following and posts listings read a replica), so
+// that a mute or a block shows in them at once.
+func (db *DB) onPrimary() *DB { return &DB{primary: db.primary, read: db.primary} }
+
+// Mutes lists whom userID mutes, newest first, after the cursor, from the
+// primary.
 func (db *DB) Mutes(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
-	return db.listFollows(ctx, `
+	return db.onPrimary().listFollows(ctx, `
 SELECT muted_id, created_at FROM mutes
 WHERE user_id = $1 AND ($2::timestamptz IS NULL OR (created_at, muted_id) < ($2, $3))
 ORDER BY created_at DESC, muted_id DESC LIMIT $4`, userID, after, limit)
 }
 
-// Blocks lists whom userID blocks, newest first, after the cursor.
+// Blocks lists whom userID blocks, newest first, after the cursor, from
+// the primary.
 func (db *DB) Blocks(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error) {
-	return db.listFollows(ctx, `
+	return db.onPrimary().listFollows(ctx, `
 SELECT blocked_id, created_at FROM blocks
 WHERE blocker_id = $1 AND ($2::timestamptz IS NULL OR (created_at, blocked_id) < ($2, $3))
 ORDER BY created_at DESC, blocked_id DESC LIMIT $4`, userID, after, limit)
