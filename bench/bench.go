@@ -2,9 +2,10 @@
 // limit, both measured in the same run against the same servers: post
 // creation against the same insert done straight with pgx, fan-out into
 // fresh feeds and into full ones against raw pipelined ZADD into as many
-// plain sorted sets (empty, or as full), delivery latency under an
-// open-loop post rate, one big fan-out against raw ZADD of as many entries,
-// feed reads against raw ZREVRANGEBYSCORE plus hydration, what full
+// plain sorted sets (empty, or as full), and the fan-out of reposts against
+// that of posts, delivery latency under an open-loop post rate, one big
+// fan-out against raw ZADD of as many entries, feed reads against raw
+// ZREVRANGEBYSCORE plus hydration, what full
 // feeds and cached posts cost in Redis memory against the same entries as
 // plain sorted sets, and what live streams add to fan-out's Redis cost
 // (nobody connected, every follower connected) against fan-out without
@@ -107,7 +108,17 @@ type runner struct {
 	// redisLabel names the Redis the stages run on ("single", "cluster,
 	// 3 primaries"), and nameSuffix follows their names on a cluster.
 	redisLabel, nameSuffix string
+	// withReposts is set when the repost fan-out is selected: the fan-out
+	// stage then measures it in its own runs, and repostsDone says so once
+	// it has (repostFanout).
+	withReposts, repostsDone bool
 }
+
+// The stages measured inside others' runs (stage_reposts.go): their
+// names, which --stages matches.
+const (
+	repostFanoutStage = "repost fan-out"
+)
 
 // stopInProcessWorkers stops the in-process workers, once, and reports
 // whether the bench can run worker processes of its own.
@@ -131,6 +142,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 	if err != nil {
 		return nil, err
 	}
+	r.withReposts = selected(repostFanoutStage, opts.Stages)
 	fmt.Fprintln(r.progress, "seeding the graph")
 	if err := r.seed(ctx); err != nil {
 		return nil, err
@@ -139,6 +151,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"post creation", r.postCreation},
 		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
+		{repostFanoutStage, r.repostFanout},
 		{"fan-out at full feeds", r.fanoutFullFeeds},
 		{"memory at full feeds", r.memoryAtFullFeeds},
 		{"delivery latency", r.deliveryLatency},
