@@ -96,11 +96,13 @@ func TestBenchSmoke(t *testing.T) {
 		require.Positive(t, s.Limit, s.Name)
 	}
 	// post creation; fan-out and its Redis CPU, fresh and at full feeds, and
-	// of reposts; four memory lines; three delivery classes; reads; live
-	// streams (Redis CPU idle and connected, each against the baseline
-	// without the live path, and three latencies); inactive followers.
-	require.Len(t, names, 21, strings.Join(names, ", "))
+	// of reposts; four memory lines; three delivery classes; reads, filtered
+	// reads against the limit and against the plain reads; live streams
+	// (Redis CPU idle and connected, each against the baseline without the
+	// live path, and three latencies); inactive followers.
+	require.Len(t, names, 23, strings.Join(names, ", "))
 	require.Contains(t, names, "repost fan-out")
+	require.Contains(t, names, "filtered reads / plain reads")
 	require.Contains(t, names, "live path idle: Redis CPU per fan-out entry", "the live stage had its baseline")
 	require.Contains(t, stdout.String(), "post creation")
 	for _, f := range []string{"bench.md", "delivery-latency.svg", "delivery-latency.png"} {
