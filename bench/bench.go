@@ -2,9 +2,11 @@
 // limit, both measured in the same run against the same servers: post
 // creation against the same insert done straight with pgx, fan-out into
 // fresh feeds and into full ones against raw pipelined ZADD into as many
-// plain sorted sets (empty, or as full), delivery latency under an
-// open-loop post rate, one big fan-out against raw ZADD of as many entries,
-// feed reads against raw ZREVRANGEBYSCORE plus hydration, what full
+// plain sorted sets (empty, or as full), and the fan-out of reposts against
+// that of posts, delivery latency under an open-loop post rate, one big
+// fan-out against raw ZADD of as many entries, feed reads against raw
+// ZREVRANGEBYSCORE plus hydration, and reads of feeds with reposts and
+// mutes against both (stage_filtered.go), what full
 // feeds and cached posts cost in Redis memory against the same entries as
 // plain sorted sets, and what live streams add to fan-out's Redis cost
 // (nobody connected, every follower connected) against fan-out without
@@ -107,7 +109,22 @@ type runner struct {
 	// redisLabel names the Redis the stages run on ("single", "cluster,
 	// 3 primaries"), and nameSuffix follows their names on a cluster.
 	redisLabel, nameSuffix string
+	// withReposts and withFiltered are set when the repost fan-out and the
+	// filtered reads are selected: the fan-out and read stages then measure
+	// them in their own runs, and repostsDone and filteredDone say so once
+	// they have (repostFanout, filteredReads).
+	withReposts, withFiltered bool
+	repostsDone, filteredDone bool
+	// filtered is the filtered-read scenario, once seeded.
+	filtered *filteredScenario
 }
+
+// The stages measured inside others' runs (stage_reposts.go,
+// stage_filtered.go): their names, which --stages matches.
+const (
+	repostFanoutStage  = "repost fan-out"
+	filteredReadsStage = "filtered reads (reposts, mutes)"
+)
 
 // stopInProcessWorkers stops the in-process workers, once, and reports
 // whether the bench can run worker processes of its own.
@@ -131,6 +148,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 	if err != nil {
 		return nil, err
 	}
+	r.withReposts, r.withFiltered = selected(repostFanoutStage, opts.Stages), selected(filteredReadsStage, opts.Stages)
 	fmt.Fprintln(r.progress, "seeding the graph")
 	if err := r.seed(ctx); err != nil {
 		return nil, err
@@ -139,10 +157,12 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"post creation", r.postCreation},
 		{"follows", r.follows},
 		{"fan-out throughput", r.fanoutThroughput},
+		{repostFanoutStage, r.repostFanout},
 		{"fan-out at full feeds", r.fanoutFullFeeds},
 		{"memory at full feeds", r.memoryAtFullFeeds},
 		{"delivery latency", r.deliveryLatency},
 		{"feed reads", r.feedReads},
+		{filteredReadsStage, r.filteredReads},
 		{"live streams", r.liveStreams},
 		{"big fan-out", r.bigFanout},
 		{"chunked fan-out, 1 and 2 workers", r.chunkedFanout},

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,6 +40,25 @@ func (r *runner) post(ctx context.Context, author int64) error {
 	_, _ = io.Copy(io.Discard, resp.Body)
 	if resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("POST /v1/posts: %s", resp.Status)
+	}
+	return nil
+}
+
+// repost reposts original on behalf of user through the API.
+func (r *runner) repost(ctx context.Context, user, original int64) error {
+	req, err := http.NewRequestWithContext(ctx, "POST", r.h.APIURL+"/v1/posts/"+strconv.FormatInt(original, 10)+"/reposts", nil)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+r.token(user))
+	resp, err := r.http.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("POST /v1/posts/%d/reposts: %s", original, resp.Status)
 	}
 	return nil
 }

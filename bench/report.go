@@ -413,27 +413,40 @@ func (r *Report) memoryPlot() *plot.Plot {
 	return p
 }
 
-// costPlot draws Redis CPU per feed entry of every fan-out measurement, ours
-// and the limit, single Redis and cluster, each bar stacked by primary; nil
-// when no stage measured it.
-func (r *Report) costPlot() *plot.Plot {
-	var labels []string
-	var bars []*RedisCost
+// costBars are the bars of costPlot, with their labels: ours and the raw
+// ZADD of every fan-out line with a cost per entry, and the repost fan-out's
+// own (its limit is the post fan-out, drawn already).
+func (r *Report) costBars() (labels []string, bars []*RedisCost) {
 	for _, s := range r.Stages {
 		for _, side := range []struct {
 			name string
 			c    *Cost
 		}{{"ours", s.Cost}, {"raw ZADD", s.LimitCost}} {
-			if side.c != nil && side.c.Redis != nil && side.c.Redis.Unit == "entry" {
-				where, _, _ := strings.Cut(s.Redis, ",") // "single", "cluster"
-				if strings.Contains(s.Name, "full feeds") {
-					where += ", full feeds"
-				}
-				labels = append(labels, where+": "+side.name)
-				bars = append(bars, side.c.Redis)
+			if side.c == nil || side.c.Redis == nil || side.c.Redis.Unit != "entry" {
+				continue
 			}
+			where, _, _ := strings.Cut(s.Redis, ",") // "single", "cluster"
+			if strings.Contains(s.Name, "full feeds") {
+				where += ", full feeds"
+			}
+			if strings.Contains(s.Name, "repost") {
+				if side.name != "ours" {
+					continue
+				}
+				where += ", reposts"
+			}
+			labels = append(labels, where+": "+side.name)
+			bars = append(bars, side.c.Redis)
 		}
 	}
+	return labels, bars
+}
+
+// costPlot draws Redis CPU per feed entry of every fan-out measurement, ours
+// and the limit, single Redis and cluster, each bar stacked by primary; nil
+// when no stage measured it.
+func (r *Report) costPlot() *plot.Plot {
+	labels, bars := r.costBars()
 	if len(bars) == 0 {
 		return nil
 	}

@@ -61,3 +61,17 @@ func TestReportSavesWithALimitOfNothing(t *testing.T) {
 		t.Fatalf("save: %v", err)
 	}
 }
+
+// TestCostBars: the repost fan-out's Redis CPU is drawn beside the posts',
+// and its limit (the post fan-out) not twice.
+func TestCostBars(t *testing.T) {
+	cost := func(us float64) *Cost { return &Cost{Redis: &RedisCost{Unit: "entry", CPUPerUnit: us}} }
+	r := &Report{Stages: []Stage{
+		{Name: "fan-out", Redis: "single", Cost: cost(2), LimitCost: cost(1.5)},
+		{Name: "repost fan-out", Redis: "single", Cost: cost(2.2), LimitCost: cost(2)},
+		{Name: "feed reads", Redis: "single", Cost: &Cost{Redis: &RedisCost{Unit: "read", CPUPerUnit: 50}}},
+	}}
+	labels, bars := r.costBars()
+	require.Equal(t, []string{"single: ours", "single: raw ZADD", "single, reposts: ours"}, labels)
+	require.InDelta(t, 2.2, bars[2].CPUPerUnit, 0)
+}

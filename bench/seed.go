@@ -18,19 +18,22 @@ import (
 const (
 	FollowerBase = 1_000_000
 
-	author100  = 1  // latency stage: 100 followers
-	author1k   = 2  // latency stage: 1,000 followers
-	author10k  = 3  // latency stage: 10,000 followers
-	authorBig  = 4  // big fan-out stage
-	authorWide = 5  // chunked fan-out stage: ChunkFollowers followers
-	authorAway = 6  // inactive followers stage: awayFollowers followers, half of them away
-	fanoutBase = 10 // fan-out stage: authors 10..19 with 1,000 followers
-	fanoutN    = 10
-	quietBase  = 100 // post-creation stage: authors without followers
-	quietN     = 100
-	readBase   = 200 // read stage: authors 200..209 with seeded posts
-	readN      = 10
-	readerBase = 500_000 // read stage: readers 500000.. follow the 10 read authors
+	author100  = 1 // latency stage: 100 followers
+	author1k   = 2 // latency stage: 1,000 followers
+	author10k  = 3 // latency stage: 10,000 followers
+	authorBig  = 4 // big fan-out stage
+	authorWide = 5 // chunked fan-out stage: ChunkFollowers followers
+	authorAway = 6 // inactive followers stage: awayFollowers followers, half of them away
+	// repostedAuthor's posts are what the repost fan-out reposts: nobody
+	// follows them, so each repost is a new entry in every feed.
+	repostedAuthor = 7
+	fanoutBase     = 10 // fan-out stage: authors 10..19 with 1,000 followers
+	fanoutN        = 10
+	quietBase      = 100 // post-creation stage: authors without followers
+	quietN         = 100
+	readBase       = 200 // read stage: authors 200..209 with seeded posts
+	readN          = 10
+	readerBase     = 500_000 // read stage: readers 500000.. follow the 10 read authors
 
 	awayBase      = 5_000_000 // inactive followers stage: their own followers
 	awayFollowers = 20_000

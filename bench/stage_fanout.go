@@ -18,12 +18,35 @@ const fanoutFollowers = 1000
 // many entries with the same pipeline size into as many sorted sets; and
 // what each entry cost Redis (every primary), PostgreSQL and this process,
 // on both sides.
-func (r *runner) fanoutThroughput(ctx context.Context) error { return r.fanoutStage(ctx, false) }
+//
+// With the repost fan-out selected (withReposts), each run also fans out as
+// many reposts as posts into the same followers' fresh feeds, measured
+// against the run's post fan-out (repostFanout).
+func (r *runner) fanoutThroughput(ctx context.Context) error {
+	if r.withReposts {
+		r.repostsDone = true
+	}
+	return r.fanoutStage(ctx, false, r.withReposts)
+}
+
+// repostFanout: reposts fanned out as the fan-out stage's posts are, to the
+// same 1,000 followers, end to end, against the post fan-out in the same
+// runs, with what each entry cost. It runs inside the fan-out stage's runs
+// (fanoutThroughput) when that stage runs too, and brings them along when
+// it does not.
+func (r *runner) repostFanout(ctx context.Context) error {
+	if r.repostsDone {
+		fmt.Fprintln(r.progress, "  measured in the runs of fan-out throughput, above")
+		return nil
+	}
+	r.repostsDone = true
+	return r.fanoutStage(ctx, false, true)
+}
 
 // fanoutFullFeeds: the same with every follower's feed full, feed.max_len
 // entries, before each run, against raw ZADD into sorted sets that hold as
 // many entries before it.
-func (r *runner) fanoutFullFeeds(ctx context.Context) error { return r.fanoutStage(ctx, true) }
+func (r *runner) fanoutFullFeeds(ctx context.Context) error { return r.fanoutStage(ctx, true, false) }
 
 // fanoutReaders returns the fan-out stage's followers and, by follower,
 // whom each follows (what their feeds are seeded with).
@@ -36,10 +59,16 @@ func (r *runner) fanoutReaders(ctx context.Context) (followers []int64, readers 
 	return followers, readers, err
 }
 
-func (r *runner) fanoutStage(ctx context.Context, full bool) error {
+func (r *runner) fanoutStage(ctx context.Context, full, reposts bool) error {
 	_, readers, err := r.fanoutReaders(ctx)
 	if err != nil {
 		return err
+	}
+	var rp *repostRuns
+	if reposts {
+		if rp, err = r.newRepostRuns(ctx); err != nil {
+			return err
+		}
 	}
 	var ids []int64 // what full feeds hold before each run, raw sets alike
 	if full {
@@ -97,6 +126,14 @@ func (r *runner) fanoutStage(ctx context.Context, full bool) error {
 		cpu, rawCPU, cpuRatios = append(cpu, c), append(rawCPU, rc), append(cpuRatios, ratio(c, rc))
 		fmt.Fprintf(r.progress, "  run %d: fan-out %.0f entries/s (Redis %.2f µs CPU/entry), raw ZADD %.0f entries/s (%.2f µs/entry)\n",
 			run+1, o, c, l, rc)
+		if rp != nil {
+			if err := seeder.SeedEmpty(ctx, readers); err != nil {
+				return fmt.Errorf("followers' feeds: %w", err)
+			}
+			if err := rp.run(ctx, run, o, cost); err != nil {
+				return err
+			}
+		}
 	}
 	sample := make([]int64, 100)
 	for i := range sample {
@@ -128,12 +165,25 @@ func (r *runner) fanoutStage(ctx context.Context, full bool) error {
 			"where it went: the cost table (INFO commandstats)",
 		Redis: r.redisLabel,
 	})
+	if rp != nil {
+		rp.report()
+	}
 	return nil
 }
 
 // fanoutOnce posts FanoutPosts posts to 1,000 followers each and returns the
 // entries per second from the first POST to the last fan-out finished.
 func (r *runner) fanoutOnce(ctx context.Context) (float64, error) {
+	return r.fanOutEach(ctx, r.opts.FanoutPosts, func(ctx context.Context, i int64) error {
+		return r.post(ctx, fanoutBase+i%fanoutN)
+	})
+}
+
+// fanOutEach makes n entries of the fan-out stage's authors (create(i), a
+// post or a repost, each to 1,000 followers) from Concurrency clients and
+// returns the feed entries per second from the first request to the last
+// fan-out finished.
+func (r *runner) fanOutEach(ctx context.Context, n int, create func(ctx context.Context, i int64) error) (float64, error) {
 	after, err := r.lastOutboxID(ctx)
 	if err != nil {
 		return 0, err
@@ -149,8 +199,8 @@ func (r *runner) fanoutOnce(ctx context.Context) (float64, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for i := next.Add(1) - 1; i < int64(r.opts.FanoutPosts); i = next.Add(1) - 1 {
-				if err := r.post(ctx, fanoutBase+i%fanoutN); err != nil {
+			for i := next.Add(1) - 1; i < int64(n); i = next.Add(1) - 1 {
+				if err := create(ctx, i); err != nil {
 					postErr.Store(err)
 					return
 				}
@@ -168,5 +218,5 @@ func (r *runner) fanoutOnce(ctx context.Context) (float64, error) {
 	if err := r.pool.QueryRow(ctx, `SELECT max(finished_at) FROM outbox WHERE id > $1`, after).Scan(&end); err != nil {
 		return 0, err
 	}
-	return float64(r.opts.FanoutPosts*fanoutFollowers) / end.Sub(start).Seconds(), nil
+	return float64(n*fanoutFollowers) / end.Sub(start).Seconds(), nil
 }

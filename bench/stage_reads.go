@@ -16,10 +16,78 @@ import (
 )
 
 // feedReads: GET /v1/feed against raw ZREVRANGEBYSCORE of a plain sorted
-// set holding the same feed + hydration from Go.
+// set holding the same feed + hydration from Go. With the filtered reads
+// selected (withFiltered), each run also measures them (filteredReads).
 func (r *runner) feedReads(ctx context.Context) error {
-	for i := range r.opts.Readers { // first reads build the feeds and warm the post cache
-		if err := r.readFeed(ctx, int64(readerBase+i)); err != nil {
+	if r.withFiltered {
+		r.filteredDone = true
+	}
+	return r.readStage(ctx, r.withFiltered)
+}
+
+// filteredReads: GET /v1/feed of readers whose feeds hold reposts and who
+// mute some of the people they follow (stage_filtered.go), against the
+// same raw limit and against the plain reads, both in the same runs. It
+// runs inside the read stage's runs (feedReads) when that stage runs too,
+// and brings them along when it does not.
+func (r *runner) filteredReads(ctx context.Context) error {
+	if r.filteredDone {
+		fmt.Fprintln(r.progress, "  measured in the runs of feed reads, above")
+		return nil
+	}
+	r.filteredDone = true
+	return r.readStage(ctx, true)
+}
+
+// readSide is one kind of read measured in each run: its reads/s, every
+// read's latency and each run's cost.
+type readSide struct {
+	perSec []float64
+	lat    []time.Duration
+	costs  []*Cost
+}
+
+// measureReads runs read from ReadClients closed-loop clients for StageTime,
+// each read as a random one of readers, and keeps the figures in side.
+func (r *runner) measureReads(ctx context.Context, side *readSide, readers []int64, read func(context.Context, int64) error) error {
+	var perSec float64
+	var samples []time.Duration
+	cost, err := r.measure(ctx, "read", func() (int64, error) {
+		var err error
+		perSec, samples, err = closedLoop(ctx, r.opts.ReadClients, r.opts.StageTime, func(ctx context.Context, c, i int) error {
+			return read(ctx, readers[rand.IntN(len(readers))])
+		})
+		return int64(len(samples)), err
+	})
+	if err != nil {
+		return err
+	}
+	side.perSec, side.lat, side.costs = append(side.perSec, perSec), append(side.lat, samples...), append(side.costs, cost)
+	return nil
+}
+
+func (r *runner) readStage(ctx context.Context, filtered bool) error {
+	readers := make([]int64, r.opts.Readers)
+	for i := range readers {
+		readers[i] = int64(readerBase + i)
+	}
+	for _, u := range readers { // first reads build the feeds and warm the post cache
+		if err := r.readFeed(ctx, u); err != nil {
+			return err
+		}
+	}
+	var scenario *filteredScenario
+	if filtered {
+		var err error
+		if scenario, err = r.seedFiltered(ctx); err != nil {
+			return err
+		}
+		for _, u := range scenario.readers {
+			if err := r.readFeed(ctx, u); err != nil {
+				return err
+			}
+		}
+		if err := r.checkFiltered(ctx, scenario); err != nil {
 			return err
 		}
 	}
@@ -27,48 +95,69 @@ func (r *runner) feedReads(ctx context.Context) error {
 		return err
 	}
 	defer r.dropRawFeeds(context.WithoutCancel(ctx))
-	var ours, limit, ratios []float64
-	var lat, rawLat []time.Duration
-	var costs, limitCosts []*Cost
+	var raw, plain, filt readSide
+	var ratios, filtRatios, filtPlain []float64
 	for run := range r.opts.Runs {
-		var l float64
-		var ls []time.Duration
-		limitCost, err := r.measure(ctx, "read", func() (int64, error) {
-			var err error
-			l, ls, err = closedLoop(ctx, r.opts.ReadClients, r.opts.StageTime, func(ctx context.Context, c, i int) error {
-				return r.rawRead(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
-			})
-			return int64(len(ls)), err
-		})
-		if err != nil {
+		if err := r.measureReads(ctx, &raw, readers, r.rawRead); err != nil {
 			return fmt.Errorf("limit: %w", err)
 		}
-		var o float64
-		var samples []time.Duration
-		cost, err := r.measure(ctx, "read", func() (int64, error) {
-			var err error
-			o, samples, err = closedLoop(ctx, r.opts.ReadClients, r.opts.StageTime, func(ctx context.Context, c, i int) error {
-				return r.readFeed(ctx, int64(readerBase+rand.IntN(r.opts.Readers)))
-			})
-			return int64(len(samples)), err
-		})
-		if err != nil {
+		if err := r.measureReads(ctx, &plain, readers, r.readFeed); err != nil {
 			return err
 		}
-		ours, limit, ratios = append(ours, o), append(limit, l), append(ratios, ratio(o, l))
-		lat, rawLat = append(lat, samples...), append(rawLat, ls...)
-		costs, limitCosts = append(costs, cost), append(limitCosts, limitCost)
+		l, o := raw.perSec[run], plain.perSec[run]
+		ratios = append(ratios, ratio(o, l))
 		fmt.Fprintf(r.progress, "  run %d: GET /v1/feed %.0f reads/s (Redis %.1f µs CPU/read), raw %.0f reads/s (%.1f µs/read)\n",
-			run+1, o, cost.Redis.CPUPerUnit, l, limitCost.Redis.CPUPerUnit)
+			run+1, o, plain.costs[run].Redis.CPUPerUnit, l, raw.costs[run].Redis.CPUPerUnit)
+		if !filtered {
+			continue
+		}
+		if err := r.measureReads(ctx, &filt, scenario.readers, r.readFeed); err != nil {
+			return fmt.Errorf("filtered: %w", err)
+		}
+		f := filt.perSec[run]
+		filtRatios, filtPlain = append(filtRatios, ratio(f, l)), append(filtPlain, ratio(f, o))
+		fmt.Fprintf(r.progress, "         filtered %.0f reads/s (Redis %.1f µs CPU/read, PostgreSQL %.1f), %.2f of the plain reads\n",
+			f, filt.costs[run].Redis.CPUPerUnit, filt.costs[run].PostgresCPUPerUnit, ratio(f, o))
 	}
-	p := percentiles(lat)
+	p, rawP := percentiles(plain.lat), percentiles(raw.lat)
 	r.report.add(Stage{
-		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(ours), Limit: median(limit), Ratio: median(ratios), Spread: spreadOf(ours, limit, ratios),
-		Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
-		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.ReadClients, percentiles(rawLat).P99),
-		Redis: r.redisLabel, Cost: medianCost(costs), LimitCost: medianCost(limitCosts),
+		Name: "feed reads" + r.nameSuffix, Unit: "reads/s", Ours: median(plain.perSec), Limit: median(raw.perSec), Ratio: median(ratios),
+		Spread: spreadOf(plain.perSec, raw.perSec, ratios), Target: "≥ 0.5, p99 ≤ 20 ms", Latency: p,
+		Note:  fmt.Sprintf("%d clients, 20 posts a page; limit p99 %.1f ms", r.opts.ReadClients, rawP.P99),
+		Redis: r.redisLabel, Cost: medianCost(plain.costs), LimitCost: medianCost(raw.costs),
 	})
+	if filtered {
+		r.reportFiltered(scenario, &raw, &plain, &filt, filtRatios, filtPlain)
+	}
 	return nil
+}
+
+// reportFiltered adds the filtered reads' lines: against the raw limit, and
+// against the plain reads of the same runs (what the filters cost).
+func (r *runner) reportFiltered(s *filteredScenario, raw, plain, filt *readSide, ratios, vsPlain []float64) {
+	fp, pp := percentiles(filt.lat), percentiles(plain.lat)
+	w := s.work(20)
+	fc, pc := medianCost(filt.costs), medianCost(plain.costs)
+	r.report.add(Stage{
+		Name: filteredReadsStage + r.nameSuffix, Unit: "reads/s", Ours: median(filt.perSec), Limit: median(raw.perSec),
+		Ratio: median(ratios), Spread: spreadOf(filt.perSec, raw.perSec, ratios), Target: "≥ 0.5, p99 ≤ 20 ms", Latency: fp,
+		Note: fmt.Sprintf("%d readers of their own, as the read stage's (10 authors, 200 posts each), who also follow 10 reposters "+
+			"and mute one author and one reposter each: a fifth of a feed's entries are reposts (of posts the reader sees, and "+
+			"twice of posts they do not); a first page of 20 spans %.1f entries of the feed, %.1f of them reposts, in %.1f Redis "+
+			"rounds and %.1f PostgreSQL queries for repeats (the scenario's model, mean over the readers; the pages read match "+
+			"it); %d clients; limit: feed reads' raw limit in the same runs",
+			len(s.readers), w.spanned, w.reposts, w.rounds, w.queries, r.opts.ReadClients),
+		Redis: r.redisLabel, Cost: fc,
+	})
+	r.report.add(Stage{
+		Name: "filtered reads / plain reads" + r.nameSuffix, Unit: "reads/s", Ours: median(filt.perSec), Limit: median(plain.perSec),
+		Ratio: median(vsPlain), Spread: spreadOf(filt.perSec, plain.perSec, vsPlain),
+		Note: fmt.Sprintf("what the filters cost: the filtered reads against feed reads in the same runs; p50 %.1f → %.1f ms, "+
+			"p99 %.1f → %.1f ms; per read, Redis CPU %.1f → %.1f µs, PostgreSQL %.1f → %.1f µs, this process %.1f → %.1f µs",
+			pp.P50, fp.P50, pp.P99, fp.P99, pc.Redis.CPUPerUnit, fc.Redis.CPUPerUnit, pc.PostgresCPUPerUnit, fc.PostgresCPUPerUnit,
+			pc.BenchCPUPerUnit, fc.BenchCPUPerUnit),
+		Redis: r.redisLabel,
+	})
 }
 
 // rawFeedKey is the plain sorted set that holds a copy of user's feed for

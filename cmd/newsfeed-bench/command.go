@@ -26,7 +26,8 @@ func newCommand() *cobra.Command {
 		Long: `newsfeed-bench seeds a synthetic social graph and measures post creation, fan-out
 throughput into fresh and into full feeds, delivery latency, one big fan-out, feed reads and
 the Redis memory of full feeds, each next to its physical limit measured in the same run
-against the same servers. It reads the configuration as newsfeed does (--config, NEWSFEED_*).
+against the same servers; the fan-out of reposts beside that of posts, and reads of feeds
+with reposts and mutes beside the plain reads, each in the same runs. It reads the configuration as newsfeed does (--config, NEWSFEED_*).
 By default it runs every role in this process against a fresh database named after
 database.url with the suffix _bench (migrated by newsfeed migrate) and Redis keys under
 "nfbench:", and starts newsfeed work processes for the big and chunked fan-outs: the
@@ -133,7 +134,7 @@ process's CPU.`,
 	f.BoolVar(&million, "million", false, "big fan-out to 1,000,000 followers")
 	f.IntVar(&opts.FanoutPosts, "fanout-posts", 1000, "posts (to 1,000 followers each) of the fan-out stage")
 	f.StringVar(&out, "out", "bench-results", "directory for bench.json, bench.md and the latency plot")
-	f.StringSliceVar(&opts.Stages, "stages", nil, "run only the stages whose names contain these words (e.g. fan-out,reads)")
+	f.StringSliceVar(&opts.Stages, "stages", nil, "run only the stages whose names contain these words (e.g. fan-out,reads; repost: the repost fan-out and the filtered reads)")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of this process (the roles in process and the load) to this file")
 	f.StringVar(&apiURL, "api", "", "measure running processes behind this API URL instead of in-process roles")
 	f.BoolVar(&onCluster, "redis-cluster", false, "run the fan-out and read stages again on the Redis Cluster of --redis-cluster-url, beside redis.url's single Redis")
