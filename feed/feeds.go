@@ -25,8 +25,9 @@ type Store interface {
 	// their graph it was read at.
 	FeedGraph(ctx context.Context, userID int64) (followees, hidden []int64, version int64, err error)
 	// Repeats returns which of reposts userID's feed holds but does not
-	// show: an earlier entry of the same original shows.
-	Repeats(ctx context.Context, userID int64, reposts []int64) (map[int64]bool, error)
+	// show: an earlier entry of the same original shows, by the users the
+	// feed hides (hides).
+	Repeats(ctx context.Context, userID int64, hides, reposts []int64) (map[int64]bool, error)
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)

@@ -155,13 +155,13 @@ type repeatsHook struct {
 	hook func()
 }
 
-func (s *repeatsHook) Repeats(ctx context.Context, user int64, reposts []int64) (map[int64]bool, error) {
+func (s *repeatsHook) Repeats(ctx context.Context, user int64, hides, reposts []int64) (map[int64]bool, error) {
 	s.once.Do(func() {
 		if s.hook != nil {
 			s.hook()
 		}
 	})
-	return s.DB.Repeats(ctx, user, reposts)
+	return s.DB.Repeats(ctx, user, hides, reposts)
 }
 
 // TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce: the page must be the

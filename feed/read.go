@@ -38,8 +38,15 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 	want := limit + 1 // one more tells whether there is a next page
 	posts := make([]domain.Post, 0, want)
 	r := &feedReader{f: f, user: userID}
+	lost := 0 // what the last round read and did not keep
 	for cursor := before; len(posts) < want; {
 		n := want - len(posts)
+		if lost > 0 {
+			// A round that lost entries (deleted, hidden, repeated) is
+			// likely followed by others that do: read further ahead, so
+			// that a filtered page takes fewer rounds (extra posts are cut).
+			n *= 2
+		}
 		ids, floor, err := r.next(ctx, cursor, n)
 		if err == nil {
 			var hydrated []domain.Post
@@ -48,6 +55,7 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 				// post does: the page reads on.
 				hydrated, err = f.shown(ctx, r, hydrated)
 			}
+			lost = len(ids) - len(hydrated)
 			posts = append(posts, hydrated...)
 		}
 		if errors.Is(err, errFromPostgres) {

@@ -53,7 +53,7 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	if len(reposts) == 0 {
 		return out, nil
 	}
-	repeats, err := f.store.Repeats(ctx, r.user, reposts)
+	repeats, err := f.store.Repeats(ctx, r.user, hides, reposts)
 	if err != nil {
 		return nil, fmt.Errorf("filter feed: %w", err)
 	}

@@ -82,14 +82,29 @@ ORDER BY p.id DESC LIMIT $2`, userID, limit)
 	return collectPosts(rows)
 }
 
+// visibleEntrySQL is true for the entry e that userID $1 sees, given the
+// users their feed hides ($3): live, by them or by someone they follow, by
+// nobody hidden.
+const visibleEntrySQL = `e.deleted_at IS NULL AND e.author_id <> ALL($3::bigint[])
+    AND (e.author_id = $1 OR EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = $1 AND f.followee_id = e.author_id))`
+
 // Repeats returns which of reposts (ids) userID's home feed does not show
-// although it holds them: an earlier entry of the same original shows (see
-// shownSQL; the caller has dropped what is hidden). One query a page, and
-// only for pages that hold reposts.
-func (db *DB) Repeats(ctx context.Context, userID int64, reposts []int64) (map[int64]bool, error) {
-	rows, err := db.primary.Query(ctx, feedSourcesSQL+`
+// although it holds them: an earlier entry of the same original shows —
+// the original itself, or an earlier repost — by the users the reader
+// hides as the caller read them (its Redis feed's list) and whom the
+// reader follows now. One query a page, and only for pages that hold
+// reposts; kept simple, since it runs on the read path (the caller checks
+// the graph did not move meanwhile).
+func (db *DB) Repeats(ctx context.Context, userID int64, hides, reposts []int64) (map[int64]bool, error) {
+	if hides == nil {
+		hides = []int64{}
+	}
+	rows, err := db.primary.Query(ctx, `
 SELECT p.id FROM posts p
-WHERE p.id = ANY($2) AND p.repost_of IS NOT NULL AND NOT `+shownSQL, userID, reposts)
+WHERE p.id = ANY($2) AND p.repost_of IS NOT NULL
+  AND (EXISTS (SELECT 1 FROM posts e WHERE e.id = p.repost_of AND `+visibleEntrySQL+`)
+       OR EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id AND `+visibleEntrySQL+`))`,
+		userID, reposts, hides)
 	if err != nil {
 		return nil, fmt.Errorf("repeated reposts: %w", err)
 	}

@@ -169,7 +169,7 @@ func TestFolloweePostsShowsEachOriginalOnce(t *testing.T) {
 	}
 	repeats := func() map[int64]bool {
 		t.Helper()
-		r, err := db.Repeats(ctx, reader, []int64{rb.ID, rc.ID, own.ID})
+		r, err := db.Repeats(ctx, reader, nil, []int64{rb.ID, rc.ID, own.ID})
 		require.NoError(t, err)
 		return r
 	}
