@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"flag"
@@ -36,29 +37,34 @@ import (
 )
 
 // TestFeedModel is the model-based test of the home feed. Random sequences
-// of posts (single and in bursts), deletes, follows, unfollows, paged reads
-// with cursors kept across writes, lost feeds (one key, or the whole Redis
-// database), redelivered tickets and stale fan-outs run against the real
-// API, outbox, dispatcher, queue, worker, PostgreSQL and Redis, with small
-// feed.max_len (and some with trim slack), feed.backfill, fanout.chunk_size
-// and fanout.celebrity_threshold. After every step each user's whole feed,
+// of posts (single and in bursts), reposts (of posts and of reposts, again
+// and of one's own, behind blocks), deletes of posts and reposts, follows,
+// unfollows, mutes, unmutes, blocks, unblocks, paged reads with cursors
+// kept across writes, lost feeds (one key, or the whole Redis database),
+// redelivered tickets and stale fan-outs run against the real API, outbox,
+// dispatcher, queue, worker, PostgreSQL and Redis, with small feed.max_len
+// (and some with trim slack), feed.backfill, fanout.chunk_size and
+// fanout.celebrity_threshold; every request's status is the one the
+// contract gives in the model's state. Steps build the cases that matter
+// on purpose too: a reader who follows an author and two reposters of one
+// post, and the entry that shows an original going (deleted, unfollowed,
+// muted, blocked either way). After every step each user's whole feed,
 // paged through the API, must equal the truth computed from the model's
-// posts and follows alone: the posts of the people the user follows now,
-// not deleted, newest first, each once.
+// record alone (homeFeed: docs/API.md, "What a home feed holds").
 //
 // Every seed is a subtest of its own, run with rapid (which shrinks a
 // failing sequence and prints it with the seed). Reproduce a failure with
 // `go test ./api -run TestFeedModel -rapid.seed=N`; run longer with
-// NEWSFEED_MODEL_CHECKS (checks per seed, default 35; 4 under -race,
+// NEWSFEED_MODEL_CHECKS (checks per seed, default 20; 3 under -race,
 // which `make test` follows with a full run without it).
 func TestFeedModel(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
 		t.Skip("model-based test: not in -short")
 	}
-	checks := 35
+	checks := 20 // a step costs about twice what it did before reposts, mutes and blocks
 	if raceDetector {
-		checks = 4
+		checks = 3
 	}
 	if v, err := strconv.Atoi(os.Getenv("NEWSFEED_MODEL_CHECKS")); err == nil && v > 0 {
 		checks = v
@@ -122,12 +128,6 @@ type modelConfig struct {
 	CelebrityThreshold                    int64
 }
 
-// modelPost is a post as the model knows it.
-type modelPost struct {
-	id, author int64
-	deleted    bool
-}
-
 // savedRead is a read that stopped after its first page: its cursor is kept
 // across later writes and continued by a later step.
 type savedRead struct {
@@ -141,12 +141,12 @@ type model struct {
 	cfg   modelConfig
 	users []int64
 
-	follows map[[2]int64]bool // [follower, followee]
+	rel relationSet // follows, mutes and blocks: [user, other]
 	// pagesAt holds, per [follower, followee], a PostgreSQL write position
 	// read while the follow held: a fan-out that read its page of followers
 	// after it found the follower there.
 	pagesAt map[[2]int64]int64
-	posts   []modelPost
+	posts   []truthPost // posts and reposts, ascending ids
 	reads   map[int64]savedRead
 }
 
@@ -196,7 +196,7 @@ func (env *modelEnv) newModel(t *rapid.T) *model {
 	m := &model{
 		pipeline: startPipeline(t, env.pool, env.rdb, env.cluster, env.prefix+"m"+strconv.FormatInt(n, 10)+":", cfg),
 		cfg:      cfg,
-		follows:  map[[2]int64]bool{},
+		rel:      newRelationSet(),
 		pagesAt:  map[[2]int64]int64{},
 		reads:    map[int64]savedRead{},
 	}
@@ -286,26 +286,81 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 			if len(live) == 0 {
 				t.Skip("no post to delete")
 			}
-			p := rapid.SampledFrom(live).Draw(t, "post")
-			m.expect(t, m.call(t, p.author, http.MethodDelete, "/v1/posts/"+strconv.FormatInt(p.id, 10)), http.StatusNoContent)
-			m.markDeleted(p.id)
+			m.delete(t, rapid.SampledFrom(live).Draw(t, "post"))
 			m.deliver(t)
 		}),
 		"follow": step(func(t *rapid.T) {
 			a, b := m.pair(t)
-			m.expect(t, m.call(t, a, http.MethodPut, "/v1/following/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
-			m.follows[[2]int64{a, b}] = true
-			at, err := m.db.WritePosition(context.Background())
-			if err != nil {
-				t.Fatal(err)
-			}
-			m.pagesAt[[2]int64{a, b}] = at
+			m.follow(t, a, b)
 			m.deliver(t)
 		}),
 		"unfollow": step(func(t *rapid.T) {
 			a, b := m.pair(t)
-			m.expect(t, m.call(t, a, http.MethodDelete, "/v1/following/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
-			delete(m.follows, [2]int64{a, b})
+			m.unfollow(t, a, b)
+			m.deliver(t)
+		}),
+		"repost": step(func(t *rapid.T) {
+			// Any post or repost, deleted or not, one's own or not: the
+			// status tells which.
+			if len(m.posts) == 0 {
+				t.Skip("no post to repost")
+			}
+			m.repost(t, m.user(t, "reposter"), rapid.SampledFrom(m.posts).Draw(t, "post"))
+			m.deliver(t)
+		}),
+		"reposted twice": step(func(t *rapid.T) {
+			// A reader follows an author and two reposters of one of the
+			// author's posts: the post shows once. (A block in the way
+			// refuses a follow or a repost; the model says which.)
+			roles := rapid.Permutation(m.users).Draw(t, "reader, author, reposters")
+			reader, author := roles[0], roles[1]
+			for _, u := range roles[1:] {
+				m.follow(t, reader, u)
+			}
+			p := m.post(t, author)
+			for _, u := range roles[2:] {
+				m.repost(t, u, p)
+			}
+			m.deliver(t)
+		}),
+		"shown goes": step(func(t *rapid.T) {
+			// The entry that shows an original leaves the feed: deleted,
+			// unfollowed, muted, blocked (either way). The next shows.
+			reader := m.user(t, "reader")
+			shown := m.truth(reader, 0)
+			if len(shown) == 0 {
+				t.Skip("nothing shows")
+			}
+			if next := m.contested(reader, shown); len(next) > 0 && rapid.IntRange(0, 3).Draw(t, "contested") > 0 {
+				shown = next
+			}
+			p := m.find(rapid.SampledFrom(shown).Draw(t, "shown"))
+			how := "delete"
+			if p.author != reader {
+				how = rapid.SampledFrom([]string{"delete", "unfollow", "mute", "block", "blocked by"}).Draw(t, "how")
+			}
+			switch how {
+			case "delete":
+				m.delete(t, p)
+			case "unfollow":
+				m.unfollow(t, reader, p.author)
+			case "mute":
+				m.mute(t, reader, p.author, true)
+			case "block":
+				m.block(t, reader, p.author, true)
+			case "blocked by":
+				m.block(t, p.author, reader, true)
+			}
+			m.deliver(t)
+		}),
+		"mute": step(func(t *rapid.T) {
+			a, b := m.pair(t)
+			m.mute(t, a, b, rapid.IntRange(0, 2).Draw(t, "mute or unmute") > 0)
+			m.deliver(t)
+		}),
+		"block": step(func(t *rapid.T) {
+			a, b := m.pair(t)
+			m.block(t, a, b, rapid.IntRange(0, 2).Draw(t, "block or unblock") > 0)
 			m.deliver(t)
 		}),
 		"start read": step(func(t *rapid.T) {
@@ -343,10 +398,12 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := m.truth(u, 0)
-			want = want[:min(len(want), m.cfg.MaxLen)]
+			// It holds entries, hidden and repeated ones too: reads
+			// filter them.
+			held := heldEntries(u, m.posts, m.rel)
+			want := slices.Clone(held[:min(len(held), m.cfg.MaxLen)])
 			slices.Reverse(want)
-			if !stored.Complete || stored.Whole != (len(m.truth(u, 0)) < m.cfg.MaxLen) || !slices.Equal(stored.IDs, want) {
+			if !stored.Complete || stored.Whole != (len(held) < m.cfg.MaxLen) || !slices.Equal(stored.IDs, want) {
 				t.Fatalf("user %d's rebuilt feed holds %v (complete %v, whole %v), want %v", u, stored.IDs, stored.Complete, stored.Whole, want)
 			}
 		}),
@@ -391,7 +448,7 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 			var unfollowed [][2]int64 // [user, index of the post]
 			for i, q := range m.posts {
 				for _, v := range m.users {
-					if _, ok := m.pagesAt[[2]int64{v, q.author}]; ok && !m.follows[[2]int64{v, q.author}] {
+					if _, ok := m.pagesAt[[2]int64{v, q.author}]; ok && !m.rel.follows(v, q.author) {
 						unfollowed = append(unfollowed, [2]int64{v, int64(i)})
 					}
 				}
@@ -431,8 +488,11 @@ func (m *model) pair(t *rapid.T) (int64, int64) {
 	return a, b
 }
 
-func (m *model) post(t *rapid.T, author int64) {
-	m.posts = append(m.posts, modelPost{id: m.pipeline.post(t, author), author: author})
+// post creates a post by author (without delivering it).
+func (m *model) post(t *rapid.T, author int64) truthPost {
+	p := truthPost{id: m.pipeline.post(t, author), author: author}
+	m.posts = append(m.posts, p)
+	return p
 }
 
 // post creates a post by author and returns its id (without delivering it).
@@ -447,8 +507,161 @@ func (m *pipeline) post(t tb, author int64) int64 {
 	return p.ID
 }
 
-func (m *model) livePosts() []modelPost {
-	var live []modelPost
+// repost has u repost target, with the status the model expects: 404 for a
+// deleted post or one behind a block (the target's author or its
+// original's, either way), 422 for one's own post or a repost of it, 200
+// with the first repost for a repeat, else 201 and a new entry (without
+// delivering it). A repost of a repost reposts its original.
+func (m *model) repost(t *rapid.T, u int64, target truthPost) {
+	orig := target
+	if target.repostOf != 0 {
+		orig = m.find(target.repostOf)
+	}
+	first, again := m.liveRepost(u, orig.id)
+	want := http.StatusCreated
+	switch {
+	case target.deleted:
+		want = http.StatusNotFound
+	case m.rel.blocked(u, target.author) || m.rel.blocked(u, orig.author):
+		want = http.StatusNotFound
+	case orig.author == u:
+		want = http.StatusUnprocessableEntity
+	case again:
+		want = http.StatusOK
+	}
+	res := m.call(t, u, http.MethodPost, "/v1/posts/"+strconv.FormatInt(target.id, 10)+"/reposts")
+	m.expect(t, res, want)
+	if want != http.StatusCreated && want != http.StatusOK {
+		return
+	}
+	var r apiRepost
+	if err := json.Unmarshal(res.Body.Bytes(), &r); err != nil {
+		t.Fatal(err)
+	}
+	switch {
+	case r.AuthorID != u || r.RepostOf == nil || r.RepostOf.ID != orig.id || r.RepostOf.AuthorID != orig.author:
+		t.Fatalf("user %d reposted %d (original %d by %d): got %s", u, target.id, orig.id, orig.author, res.Body)
+	case again && r.ID != first.id:
+		t.Fatalf("user %d reposted %d again: got repost %d, want the first, %d", u, orig.id, r.ID, first.id)
+	case !again && len(m.posts) > 0 && r.ID <= m.posts[len(m.posts)-1].id:
+		t.Fatalf("user %d reposted %d: a new repost with id %d, not above %d", u, orig.id, r.ID, m.posts[len(m.posts)-1].id)
+	}
+	if !again {
+		m.posts = append(m.posts, truthPost{id: r.ID, author: u, repostOf: orig.id})
+	}
+}
+
+// apiRepost is the JSON shape of a repost.
+type apiRepost struct {
+	ID       int64 `json:"id"`
+	AuthorID int64 `json:"author_id"`
+	RepostOf *struct {
+		ID       int64 `json:"id"`
+		AuthorID int64 `json:"author_id"`
+	} `json:"repost_of"`
+}
+
+// liveRepost returns u's repost of original, if there is one not deleted.
+func (m *model) liveRepost(u, original int64) (truthPost, bool) {
+	for _, p := range m.posts {
+		if p.author == u && p.repostOf == original && !p.deleted {
+			return p, true
+		}
+	}
+	return truthPost{}, false
+}
+
+// delete deletes p, a post or a repost, as its author; a post takes its
+// reposts with it.
+func (m *model) delete(t *rapid.T, p truthPost) {
+	m.expect(t, m.call(t, p.author, http.MethodDelete, "/v1/posts/"+strconv.FormatInt(p.id, 10)), http.StatusNoContent)
+	for i, q := range m.posts {
+		if q.id == p.id || q.repostOf == p.id {
+			m.posts[i].deleted = true
+		}
+	}
+}
+
+// follow has a follow b: 403 while a block stands between them.
+func (m *model) follow(t *rapid.T, a, b int64) {
+	want := http.StatusNoContent
+	if m.rel.blocked(a, b) {
+		want = http.StatusForbidden
+	}
+	m.expect(t, m.call(t, a, http.MethodPut, "/v1/following/"+strconv.FormatInt(b, 10)), want)
+	if want != http.StatusNoContent {
+		return
+	}
+	m.rel.follow[[2]int64{a, b}] = true
+	at, err := m.db.WritePosition(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.pagesAt[[2]int64{a, b}] = at
+}
+
+func (m *model) unfollow(t *rapid.T, a, b int64) {
+	m.expect(t, m.call(t, a, http.MethodDelete, "/v1/following/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
+	delete(m.rel.follow, [2]int64{a, b})
+}
+
+// mute has a mute b (on) or unmute b.
+func (m *model) mute(t *rapid.T, a, b int64, on bool) {
+	m.expect(t, m.call(t, a, onOff(on), "/v1/mutes/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
+	setRelation(m.rel.mute, a, b, on)
+}
+
+// block has a block b (on), which removes the follows between them both
+// ways, or unblock b, which leaves them removed.
+func (m *model) block(t *rapid.T, a, b int64, on bool) {
+	m.expect(t, m.call(t, a, onOff(on), "/v1/blocks/"+strconv.FormatInt(b, 10)), http.StatusNoContent)
+	setRelation(m.rel.block, a, b, on)
+	if on {
+		delete(m.rel.follow, [2]int64{a, b})
+		delete(m.rel.follow, [2]int64{b, a})
+	}
+}
+
+func onOff(on bool) string {
+	if on {
+		return http.MethodPut
+	}
+	return http.MethodDelete
+}
+
+func setRelation(r map[[2]int64]bool, a, b int64, on bool) {
+	if on {
+		r[[2]int64{a, b}] = true
+	} else {
+		delete(r, [2]int64{a, b})
+	}
+}
+
+func (m *model) find(id int64) truthPost {
+	p, _ := findPost(m.posts, id)
+	return p
+}
+
+// contested returns the entries of shown (reader's feed) whose original
+// has another live entry by the reader or someone they follow: when the
+// shown one goes, another may show.
+func (m *model) contested(reader int64, shown []int64) []int64 {
+	var out []int64
+	for _, id := range shown {
+		p := m.find(id)
+		orig := cmp.Or(p.repostOf, p.id)
+		for _, q := range m.posts {
+			if q.id != id && !q.deleted && cmp.Or(q.repostOf, q.id) == orig && (q.author == reader || m.rel.follows(reader, q.author)) {
+				out = append(out, id)
+				break
+			}
+		}
+	}
+	return out
+}
+
+func (m *model) livePosts() []truthPost {
+	var live []truthPost
 	for _, p := range m.posts {
 		if !p.deleted {
 			live = append(live, p)
@@ -457,57 +670,15 @@ func (m *model) livePosts() []modelPost {
 	return live
 }
 
-func (m *model) markDeleted(id int64) {
-	for i := range m.posts {
-		if m.posts[i].id == id {
-			m.posts[i].deleted = true
-		}
-	}
-}
-
 // truth is the reader's home feed below before (0: all), computed from the
-// model alone: live posts of the people the reader follows, newest first.
+// model's record alone.
 func (m *model) truth(reader, before int64) []int64 {
-	var ids []int64
-	for _, p := range m.posts {
-		if !p.deleted && m.follows[[2]int64{reader, p.author}] && (before == 0 || p.id < before) {
-			ids = append(ids, p.id)
-		}
-	}
-	slices.Reverse(ids) // posts are appended in id order
-	return ids
+	return homeFeed(reader, m.posts, m.rel, before)
 }
 
-// diff says how a feed read differs from the truth: the posts it shows that
-// it should not (and why not), and those it misses.
+// diff says how a feed read differs from the truth.
 func (m *model) diff(reader int64, got, want []int64) string {
-	byID := make(map[int64]modelPost, len(m.posts))
-	for _, p := range m.posts {
-		byID[p.id] = p
-	}
-	var extra, missing []string
-	for _, id := range got {
-		if slices.Contains(want, id) {
-			continue
-		}
-		p := byID[id]
-		why := "a duplicate"
-		switch {
-		case p.id == 0:
-			why = "not a post of this test"
-		case p.deleted:
-			why = "deleted"
-		case !m.follows[[2]int64{reader, p.author}]:
-			why = fmt.Sprintf("by user %d, not followed", p.author)
-		}
-		extra = append(extra, fmt.Sprintf("%d (%s)", id, why))
-	}
-	for _, id := range want {
-		if !slices.Contains(got, id) {
-			missing = append(missing, fmt.Sprintf("%d (by %d)", id, byID[id].author))
-		}
-	}
-	return fmt.Sprintf("shows %v that it should not, misses %v", extra, missing)
+	return explainFeed(reader, m.posts, m.rel, got, want)
 }
 
 func (m *model) checkEveryFeed(t *rapid.T) {

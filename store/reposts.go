@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/traceparent"
@@ -19,58 +20,78 @@ const blockedSQL = `EXISTS (SELECT 1 FROM blocks
 // already there makes it insert nothing. The original's row is held FOR
 // SHARE: a delete of it waits for this to commit, and then deletes the
 // repost too (deleteRepostsSQL); a delete that committed first makes this
-// find the original deleted.
+// find the original deleted. It returns the repost as it wrote it (postColumns'
+// order): read again, it might be gone already, taken by that delete.
 const createRepostSQL = `
 WITH o AS (
-    SELECT id, author_id FROM posts WHERE id = $2 AND deleted_at IS NULL AND repost_of IS NULL FOR SHARE
+    SELECT id, author_id, body, created_at FROM posts
+    WHERE id = $2 AND deleted_at IS NULL AND repost_of IS NULL FOR SHARE
 ), r AS (
     INSERT INTO posts (author_id, body, repost_of)
     SELECT $1, '', o.id FROM o WHERE o.author_id <> $1 AND NOT ` + blockedSQL + `
     ON CONFLICT (author_id, repost_of) WHERE repost_of IS NOT NULL AND deleted_at IS NULL DO NOTHING
-    RETURNING id, author_id, created_at
+    RETURNING id, author_id, body, created_at
 ), ob AS (
     INSERT INTO outbox (event_type, payload, created_at, trace_context)
     SELECT '` + domain.PostCreated + `', jsonb_build_object('post_id', id, 'author_id', author_id), created_at, NULLIF($3, '') FROM r
 )
-SELECT id FROM r`
+SELECT r.id, r.author_id, r.body, r.created_at, o.id, o.author_id, o.body, o.created_at FROM r, o`
+
+// whyNoRepostSQL tells, in one snapshot, why createRepostSQL wrote nothing:
+// the original's author (none: missing or deleted), whether a block stands
+// between the two, the live repost of it by $1 there already (a NULL id
+// when there is none), and the original's body and time.
+const whyNoRepostSQL = `
+SELECT o.author_id, ` + blockedSQL + `,
+       e.id, COALESCE(e.author_id, 0), COALESCE(e.body, ''), COALESCE(e.created_at, now()), o.body, o.created_at
+FROM posts o
+LEFT JOIN posts e ON e.author_id = $1 AND e.repost_of = o.id AND e.deleted_at IS NULL
+WHERE o.id = $2 AND o.deleted_at IS NULL AND o.repost_of IS NULL`
+
+// repostTries bounds how often CreateRepost inserts again after a repost in
+// its way was deleted before it could return it.
+const repostTries = 3
 
 // CreateRepost reposts the post originalID (an original, not a repost) on
 // behalf of userID and returns the repost, with created false when userID
 // had reposted it already (nothing is written then). The original missing,
 // deleted or behind a block is domain.ErrNotFound; one's own,
-// domain.ErrOwnPost.
+// domain.ErrOwnPost. What it returns was read in the statement that
+// decided it: a delete that commits right after (of the original, or of
+// the repost there already) does not turn the answer into a not found.
 func (db *DB) CreateRepost(ctx context.Context, userID, originalID int64) (domain.Post, bool, error) {
-	var id int64
-	err := db.primary.QueryRow(ctx, createRepostSQL, userID, originalID, traceparent.From(ctx)).Scan(&id)
-	created := err == nil
-	if err != nil && !isNoRows(err) {
-		return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
-	}
-	if !created {
+	for range repostTries {
+		post, err := scanPost(db.primary.QueryRow(ctx, createRepostSQL, userID, originalID, traceparent.From(ctx)))
+		if err == nil {
+			return post, true, nil
+		}
+		if !isNoRows(err) {
+			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
+		}
 		// Why nothing was written: a repost there already, or a refusal.
-		var author int64
-		var existing *int64
 		var blocked bool
-		err = db.primary.QueryRow(ctx, `
-SELECT o.author_id, `+blockedSQL+`,
-       (SELECT id FROM posts WHERE author_id = $1 AND repost_of = $2 AND deleted_at IS NULL)
-FROM posts o WHERE o.id = $2 AND o.deleted_at IS NULL AND o.repost_of IS NULL`, userID, originalID).
-			Scan(&author, &blocked, &existing)
+		var first domain.Post
+		var firstID *int64 // NULL: no live repost
+		var firstAuthor int64
+		var firstCreated time.Time
+		orig := domain.Post{ID: originalID}
+		err = db.primary.QueryRow(ctx, whyNoRepostSQL, userID, originalID).Scan(
+			&orig.AuthorID, &blocked, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
 		switch {
 		case isNoRows(err):
 			return domain.Post{}, false, domain.ErrNotFound
 		case err != nil:
 			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
-		case author == userID:
+		case orig.AuthorID == userID:
 			return domain.Post{}, false, domain.ErrOwnPost
-		case blocked || existing == nil:
+		case blocked:
 			return domain.Post{}, false, domain.ErrNotFound
+		case firstID != nil:
+			orig.CreatedAt = orig.CreatedAt.UTC()
+			first.ID, first.AuthorID, first.CreatedAt, first.RepostOf = *firstID, firstAuthor, firstCreated.UTC(), &orig
+			return first, false, nil
 		}
-		id = *existing
+		// The repost in the way was deleted since the insert: insert again.
 	}
-	post, err := db.Post(ctx, id)
-	if err != nil {
-		return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
-	}
-	return post, created, nil
+	return domain.Post{}, false, fmt.Errorf("create repost: the repost of %d by %d was deleted under it %d times", originalID, userID, repostTries)
 }
