@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// apiRepost is the JSON shape of a repost: no body, the original inside.
-type apiRepost struct {
+// repostJSON is the whole JSON shape of a repost: no body, the original inside.
+type repostJSON struct {
 	ID        int64   `json:"id"`
 	AuthorID  int64   `json:"author_id"`
 	CreatedAt string  `json:"created_at"`
@@ -28,7 +28,7 @@ func TestRepost(t *testing.T) {
 
 	res := b.repost(t, 2, original.ID)
 	require.Equal(t, http.StatusCreated, res.status, "%s", res.body)
-	r := decodeStrict[apiRepost](t, res.body)
+	r := decodeStrict[repostJSON](t, res.body)
 	require.Equal(t, "/v1/posts/"+strconv.FormatInt(r.ID, 10), res.header.Get("Location"))
 	require.Greater(t, r.ID, original.ID)
 	require.Equal(t, int64(2), r.AuthorID)
@@ -38,10 +38,10 @@ func TestRepost(t *testing.T) {
 
 	again := b.repost(t, 2, original.ID)
 	require.Equal(t, http.StatusOK, again.status)
-	require.Equal(t, r.ID, decodeStrict[apiRepost](t, again.body).ID, "a second repost answers the first")
+	require.Equal(t, r.ID, decodeStrict[repostJSON](t, again.body).ID, "a second repost answers the first")
 	viaRepost := b.repost(t, 3, r.ID)
 	require.Equal(t, http.StatusCreated, viaRepost.status)
-	require.Equal(t, original.ID, decodeStrict[apiRepost](t, viaRepost.body).RepostOf.ID, "reposting a repost reposts its original")
+	require.Equal(t, original.ID, decodeStrict[repostJSON](t, viaRepost.body).RepostOf.ID, "reposting a repost reposts its original")
 
 	requireError(t, b.repost(t, 1, original.ID), http.StatusUnprocessableEntity, "invalid_argument")
 	requireError(t, b.repost(t, 1, r.ID), http.StatusUnprocessableEntity, "invalid_argument")
