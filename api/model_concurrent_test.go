@@ -904,7 +904,8 @@ func (s feedState) step(in opInput, out opOutput) (bool, feedState) {
 		switch {
 		case target.deleted:
 			want = http.StatusNotFound
-		case s.rel.blocked(in.user, target.author) || s.rel.blocked(in.user, orig.author):
+		case s.rel.blocked(in.user, target.author) || s.rel.blocked(in.user, orig.author) ||
+			s.rel.mutes(in.user, target.author) || s.rel.mutes(in.user, orig.author): // hidden
 			want = http.StatusNotFound
 		case orig.author == in.user:
 			want = http.StatusUnprocessableEntity
@@ -1049,8 +1050,9 @@ func feedModel() porcupine.Model {
 }
 
 // partitionByUser splits a history into one per user: every post, repost,
-// delete, delivery, block and unblock (a repost's status depends on the
-// blocks between any two users), and the user's follows, mutes and reads.
+// delete, delivery, block, unblock, mute and unmute (a repost's status
+// depends on the blocks between any two users and on the reposter's
+// mutes), and the user's follows and reads.
 func partitionByUser(ops []porcupine.Operation) [][]porcupine.Operation {
 	users := map[int64]bool{}
 	for _, op := range ops {
@@ -1063,7 +1065,7 @@ func partitionByUser(ops []porcupine.Operation) [][]porcupine.Operation {
 		var part []porcupine.Operation
 		for _, op := range ops {
 			switch in := op.Input.(opInput); in.kind {
-			case opPost, opRepost, opDelete, opDelivered, opBlock, opUnblock:
+			case opPost, opRepost, opDelete, opDelivered, opBlock, opUnblock, opMute, opUnmute:
 				part = append(part, op)
 			default:
 				if in.user == u {

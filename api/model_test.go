@@ -508,8 +508,8 @@ func (m *pipeline) post(t tb, author int64) int64 {
 }
 
 // repost has u repost target, with the status the model expects: 404 for a
-// deleted post or one behind a block (the target's author or its
-// original's, either way), 422 for one's own post or a repost of it, 200
+// deleted post or one hidden from u (the target's author or its
+// original's muted by u, or behind a block either way), 422 for one's own post or a repost of it, 200
 // with the first repost for a repeat, else 201 and a new entry (without
 // delivering it). A repost of a repost reposts its original.
 func (m *model) repost(t *rapid.T, u int64, target truthPost) {
@@ -522,7 +522,8 @@ func (m *model) repost(t *rapid.T, u int64, target truthPost) {
 	switch {
 	case target.deleted:
 		want = http.StatusNotFound
-	case m.rel.blocked(u, target.author) || m.rel.blocked(u, orig.author):
+	case m.rel.blocked(u, target.author) || m.rel.blocked(u, orig.author) ||
+		m.rel.mutes(u, target.author) || m.rel.mutes(u, orig.author): // hidden from u
 		want = http.StatusNotFound
 	case orig.author == u:
 		want = http.StatusUnprocessableEntity
