@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -253,11 +254,24 @@ func (s *Server) createPost(c echo.Context) error {
 // pushOwn puts a new post or repost into its author's own feed before the
 // 201: they read it from then on. If Redis cannot take it, reads come from
 // PostgreSQL, which has it, and the fan-out pushes it when Redis is back.
+//
+// It has ownPushBudget, far less than a request's deadline: a post must
+// not wait on a Redis that stopped answering (reads fall back to
+// PostgreSQL then), and with Redis known down it is not tried at all.
 func (s *Server) pushOwn(c echo.Context, post domain.Post) {
-	if err := s.feeds.PushOwn(c.Request().Context(), domain.Entry{PostID: post.ID, AuthorID: post.AuthorID}); err != nil {
+	if redisKnownDown(s.cfg.Outages) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), ownPushBudget)
+	defer cancel()
+	if err := s.feeds.PushOwn(ctx, domain.Entry{PostID: post.ID, AuthorID: post.AuthorID}); err != nil {
 		s.degraded(c, "cannot put the post into its author's feed yet; its fan-out will", err, zap.Int64("post_id", post.ID))
 	}
 }
+
+// ownPushBudget bounds pushOwn: a push, and the drop of the feed should it
+// fail, take a few milliseconds when Redis answers.
+const ownPushBudget = 250 * time.Millisecond
 
 // createInTransaction creates the post in its span, the parent of the
 // post's delivery: the outbox row keeps its trace context.

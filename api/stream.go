@@ -235,9 +235,11 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	case domain.LiveFollowed:
 		delete(st.unfollowed, ev.AuthorID)
 		clear(st.removed) // a post removed by an unfollow may come back
-		// The followee's posts may show now, and the reposts of them
-		// that showed before no longer.
-		return st.resync(ctx)
+		// The reposts of the followee's posts that showed before no longer
+		// do: removed now. The followee's posts the follow merged are older
+		// than what the client has; like any backfill, they come with the
+		// next catch-up, not as news (a client reading its feed has them).
+		return st.reconcile(ctx, false)
 	case domain.LiveUnfollowed:
 		// A fan-out that read its page of followers before the unfollow
 		// still announces the author's posts the feed refused: not sent.
@@ -295,7 +297,10 @@ func (st *stream) announced(ctx context.Context, p domain.Post) error {
 // longer shows (a mute, a block, an unfollow, a delete), then, oldest
 // first, each post the feed shows that it does not hold (above the floor,
 // or brought back: an unmute, a repost that shows now).
-func (st *stream) resync(ctx context.Context) error {
+func (st *stream) resync(ctx context.Context) error { return st.reconcile(ctx, true) }
+
+// reconcile is resync, sending only the removes unless add is set.
+func (st *stream) reconcile(ctx context.Context, add bool) error {
 	lowest := int64(math.MaxInt64)
 	for id := range st.sent {
 		lowest = min(lowest, id)
@@ -339,6 +344,9 @@ func (st *stream) resync(ctx context.Context) error {
 	slices.Sort(gone)
 	if err := st.sendRemoves(gone); err != nil {
 		return err
+	}
+	if !add {
+		return nil
 	}
 	for _, p := range back {
 		delete(st.removed, p.ID)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -367,8 +368,15 @@ func (f *Feeds) PushOwn(ctx context.Context, e domain.Entry) error {
 	if err == nil {
 		return nil
 	}
-	if dropErr := f.Drop(ctx, e.AuthorID); dropErr != nil {
+	// A drop of its own: the push may have spent the caller's budget.
+	dropCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ownDropTimeout)
+	defer cancel()
+	if dropErr := f.Drop(dropCtx, e.AuthorID); dropErr != nil {
 		return err
 	}
 	return nil
 }
+
+// ownDropTimeout bounds PushOwn's drop after a failed push: a request waits
+// no longer on a Redis that stopped answering.
+const ownDropTimeout = 100 * time.Millisecond
