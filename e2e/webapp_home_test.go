@@ -134,7 +134,9 @@ func TestWebAppReposts(t *testing.T) {
 	// Carol opens Bob's page from his name: his repost is among his posts.
 	carolPage.Click("#feed > li:first-child .reposted a.user")
 	carolPage.waitUserPage(bob)
-	require.Equal(t, []int64{repostID}, browser.Eval[[]int64](carolPage.Page, `[...document.querySelectorAll('#user-posts > li')].map(li => Number(li.dataset.id))`))
+	// The list may still be on its way when the page shows (its busy mark
+	// is set by the load, which starts a moment after).
+	carolPage.WaitFor("Bob's repost among his posts", fmt.Sprintf(`[...document.querySelectorAll('#user-posts > li')].map(li => li.dataset.id).join() === '%d'`, repostID))
 	require.True(t, browser.Eval[bool](carolPage.Page, shown("#user-unfollow")), "Carol follows Bob")
 	carolPage.Screenshot("bob-s-page.png")
 
