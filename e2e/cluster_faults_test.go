@@ -264,7 +264,13 @@ func TestRedisPrimaryKilledMidFanout(t *testing.T) {
 	for i := range 2 {
 		posts = append(posts, poster.post("with the replica stopped "+strconv.Itoa(i)).ID)
 	}
-	time.Sleep(time.Second) // writes reach the primary, not its replica
+	// Writes reach the primary, not its replica: wait until the fan-out
+	// wrote feed entries there (a fan-out that was quick to end before
+	// the cut leaves it to the two posts above).
+	for wait := time.Now().Add(30 * time.Second); c.entriesOn(victim, onVictim, posts) <= heldAtCut; {
+		require.True(t, time.Now().Before(wait), "the fan-out wrote no feed entry on %s after the cut", dead)
+		time.Sleep(50 * time.Millisecond)
+	}
 	var waiting int64
 	for _, p := range held[dead] {
 		n, err := victim.XLen(ctx, q.Key(p)).Result()

@@ -26,9 +26,19 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
 		return outcomeDone, err
 	}
-	if err := w.pushOwn(ctx, domain.Entry(p)); err != nil {
-		return outcomeDone, err
+	out, err := w.pushToReaders(ctx, t, p)
+	if err != nil {
+		return out, err
 	}
+	// The author's own feed last: a failure there (its Redis node failing
+	// over) must not hold up the followers' feeds; the retry it causes
+	// repeats their pushes, which find the post there and add nothing.
+	return out, w.pushOwn(ctx, domain.Entry(p))
+}
+
+// pushToReaders delivers a new post to its readers: the timeline of a
+// celebrity, else the followers' feeds, in chunks when they are many.
+func (w *Worker) pushToReaders(ctx context.Context, t domain.Delivery, p domain.PostPayload) (outcome, error) {
 	followers, pulled, err := w.graph.Reach(ctx, p.AuthorID)
 	if err != nil {
 		return outcomeDone, err
