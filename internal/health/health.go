@@ -166,7 +166,7 @@ func (w *Watch) IsDown(name string) bool {
 // outage that the watch has logged: a dependency known to be down (or, for
 // a broken connection, back for less than aftermath), or found down by
 // pinging them now. Concurrent callers wait for one round of pings,
-// and rounds are at least minPingGap apart. It is false for nil and for a
+// and rounds are at least minPingGap apart (a caller may wait that long). It is false for nil and for a
 // context the caller cancelled: those are no outage.
 func (w *Watch) Explained(ctx context.Context, err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) {
@@ -183,9 +183,10 @@ func (w *Watch) Explained(ctx context.Context, err error) bool {
 		return true // found by the round this caller waited for
 	case w.pingedAt.After(asked):
 		return false // a round that began after the failure found everything up
-	case time.Since(w.pingedAt) < minPingGap:
-		return false // everything answered a moment ago: not an outage
 	}
+	// A round that began before the failure cannot speak for it, however
+	// recent: wait out the gap between rounds, then ask.
+	time.Sleep(minPingGap - time.Since(w.pingedAt))
 	w.pingAll(ctx)
 	return w.Down()
 }
