@@ -155,13 +155,13 @@ type repeatsHook struct {
 	hook func()
 }
 
-func (s *repeatsHook) Repeats(ctx context.Context, user int64, hides, reposts []int64) (map[int64]bool, error) {
+func (s *repeatsHook) Repeats(ctx context.Context, user int64, hides, page []int64) (repeats, deleted map[int64]bool, err error) {
 	s.once.Do(func() {
 		if s.hook != nil {
 			s.hook()
 		}
 	})
-	return s.DB.Repeats(ctx, user, hides, reposts)
+	return s.DB.Repeats(ctx, user, hides, page)
 }
 
 // TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce: the page must be the
@@ -209,4 +209,66 @@ func TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce(t *testing.T) {
 		require.NoError(t, b.rdb.Del(ctx, b.prefix+"graphmark:{10}").Err())
 		require.Equal(t, []int64{tc.want}, b.readAll(t, 10, 20), "%s, applied", tc.name)
 	}
+}
+
+// TestRepostGoesWithItsOriginal: a delete takes the original's reposts
+// with it, in one transaction; between the original's tombstone and the
+// reposts' (ForgetPost, one post at a time), a read shows neither — not
+// the cached repost in place of its original (TestFeedModelConcurrent on
+// a Redis Cluster, where each ForgetPost goes to another node).
+func TestRepostGoesWithItsOriginal(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	b.follow(t, 10, 1)
+	p := b.post(t, 1)
+	r := b.repost(t, 10, p)
+	b.push(t, domain.Entry{PostID: r, AuthorID: 10}, 10)
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20), "the original shows, once; both are cached")
+
+	undo, err := b.feeds.MarkDeleting(ctx, p)
+	require.NoError(t, err)
+	gone, err := b.db.DeletePostAndReposts(ctx, p, 1)
+	require.NoError(t, err)
+	require.Equal(t, []int64{r}, gone)
+	require.Empty(t, b.readAll(t, 10, 20), "the delete's mark: the original is gone, so is its repost")
+	require.NoError(t, b.feeds.ForgetPost(ctx, p))
+	require.Empty(t, b.readAll(t, 10, 20), "the original's tombstone, the repost still cached")
+	require.NoError(t, b.feeds.ForgetPost(ctx, r))
+	require.Empty(t, b.readAll(t, 10, 20))
+	undo()
+}
+
+// TestDeleteBetweenRedisAndRepeatsShowsTheFeedAtOneMoment: a delete that
+// commits after the page's posts came from the cache and before its
+// repeats came from PostgreSQL must not show an original and its repost
+// both (TestFeedModelConcurrent: "shows [6 (deleted) 5 (deleted)]").
+func TestDeleteBetweenRedisAndRepeatsShowsTheFeedAtOneMoment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var rh *repeatsHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { rh = &repeatsHook{DB: db}; return rh })
+	b.follow(t, 10, 1)
+	p := b.post(t, 1)
+	r := b.repost(t, 10, p)
+	b.push(t, domain.Entry{PostID: r, AuthorID: 10}, 10)
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20), "the original shows, once; both are cached")
+	rh.once = sync.Once{}
+	rh.hook = func() {
+		// As the API does: mark, commit; the tombstones come later.
+		_, err := b.feeds.MarkDeleting(ctx, p)
+		require.NoError(t, err)
+		_, err = b.db.DeletePostAndReposts(ctx, p, 1)
+		require.NoError(t, err)
+	}
+	page, err := b.feeds.Read(ctx, 10, 0, 20)
+	require.NoError(t, err)
+	var ids []int64
+	for _, post := range page.Posts {
+		ids = append(ids, post.ID)
+	}
+	if len(ids) > 0 {
+		require.Equal(t, []int64{p}, ids, "before the delete: the original alone (p=%d r=%d)", p, r)
+	}
+	require.Empty(t, b.readAll(t, 10, 20), "after it: nothing")
 }

@@ -1,9 +1,11 @@
 package feed
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +64,7 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error)
 	found := make(map[int64]domain.Post, len(ids))
 	dead := make(map[int64]bool)
 	var missing []int64
+	cachedReposts := make(map[int64]int64) // repost id → its original's
 	for i, c := range cmds {
 		raw, err := c.Bytes()
 		switch {
@@ -71,6 +74,14 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error)
 			missing = append(missing, ids[i])
 		default:
 			found[ids[i]] = domain.Post{ID: ids[i], JSON: raw}
+			if original := originalOf(raw); original != 0 {
+				cachedReposts[ids[i]] = original
+			}
+		}
+	}
+	if len(cachedReposts) > 0 {
+		if err := f.dropOrphans(ctx, cachedReposts, dead); err != nil {
+			return nil, err
 		}
 	}
 	if len(missing) > 0 {
@@ -117,4 +128,65 @@ func (f *Feeds) cachePosts(ctx context.Context, posts []domain.Post, wanted []in
 	if err != nil && ctx.Err() == nil {
 		logctx.From(ctx, f.log).Warn("post cache write failed", zap.Error(err))
 	}
+}
+
+// dropOrphans marks dead the cached reposts (repost id → original id)
+// whose original is gone. A delete takes an original's reposts with it in
+// one transaction, but their tombstones are cached one post at a time
+// after it (and on a cluster, on other nodes): between the two, the
+// repost's cache entry still says it lives. So a cached repost lives while
+// its original's cache entry says the original does; when that entry is a
+// tombstone it is dead; when it is a delete in flight or missing,
+// PostgreSQL tells. One more round trip, on pages that hold reposts.
+func (f *Feeds) dropOrphans(ctx context.Context, reposts map[int64]int64, dead map[int64]bool) error {
+	originals := make(map[int64]*redis.StringCmd, len(reposts))
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for _, original := range reposts {
+			if originals[original] == nil {
+				originals[original] = p.Get(ctx, f.keys.post(original))
+			}
+		}
+		return nil
+	})
+	if err != nil && !isNil(err) {
+		return fmt.Errorf("hydrate reposts: %w", err)
+	}
+	var ask []int64
+	for repost, original := range reposts {
+		raw, err := originals[original].Bytes()
+		switch {
+		case err == nil && string(raw) == tombstone:
+			dead[repost] = true
+		case err != nil || len(raw) == 0 || raw[0] != '{':
+			ask = append(ask, repost)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	alive, err := f.store.PostsByID(ctx, ask)
+	if err != nil {
+		return fmt.Errorf("hydrate reposts: %w", err)
+	}
+	for _, id := range ask {
+		dead[id] = !slices.ContainsFunc(alive, func(p domain.Post) bool { return p.ID == id })
+	}
+	return nil
+}
+
+// originalOf returns the id of the post a cached post reposts, 0 for a
+// post that is no repost.
+func originalOf(raw []byte) int64 {
+	if !bytes.Contains(raw, repostKey) {
+		return 0
+	}
+	var p struct {
+		RepostOf *struct {
+			ID int64 `json:"id"`
+		} `json:"repost_of"`
+	}
+	if json.Unmarshal(raw, &p) != nil || p.RepostOf == nil {
+		return 0
+	}
+	return p.RepostOf.ID
 }

@@ -24,7 +24,8 @@ import (
 // shown keeps, of posts (a page as the feed holds it, newest first), those
 // the reader's feed shows. A page of posts without reposts, read by a
 // reader who hides nobody — the common case — costs a byte search a post;
-// reposts that remain cost one PostgreSQL query a page (Repeats).
+// reposts that remain cost one PostgreSQL query a page (Repeats), which
+// also drops what was deleted since the post cache gave the page.
 func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) ([]domain.Post, error) {
 	hides := r.hides
 	var reposts []int64
@@ -53,7 +54,11 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	if len(reposts) == 0 {
 		return out, nil
 	}
-	repeats, err := f.store.Repeats(ctx, r.user, hides, reposts)
+	page := make([]int64, len(out))
+	for i, p := range out {
+		page[i] = p.ID
+	}
+	repeats, deleted, err := f.store.Repeats(ctx, r.user, hides, page)
 	if err != nil {
 		return nil, fmt.Errorf("filter feed: %w", err)
 	}
@@ -66,13 +71,16 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	if same, err := f.graphUnchanged(ctx, r); err != nil || !same {
 		return nil, cmp.Or(err, errFromPostgres)
 	}
+	// Which entry of an original shows depends on what is deleted: the
+	// page is kept as Repeats found it, without what was deleted since the
+	// post cache gave it (an original and its reposts go together).
 	kept := out[:0]
 	for _, p := range out {
-		if !repeats[p.ID] {
+		if !repeats[p.ID] && !deleted[p.ID] {
 			kept = append(kept, p)
 		}
 	}
-	f.metrics.filtered(reasonRepeat, len(out)-len(kept))
+	f.metrics.filtered(reasonRepeat, len(repeats))
 	return kept, nil
 }
 

@@ -88,37 +88,52 @@ ORDER BY p.id DESC LIMIT $2`, userID, limit)
 const visibleEntrySQL = `e.deleted_at IS NULL AND e.author_id <> ALL($3::bigint[])
     AND (e.author_id = $1 OR EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = $1 AND f.followee_id = e.author_id))`
 
-// Repeats returns which of reposts (ids) userID's home feed does not show
-// although it holds them: an earlier entry of the same original shows —
-// the original itself, or an earlier repost — by the users the reader
-// hides as the caller read them (its Redis feed's list) and whom the
-// reader follows now. One query a page, and only for pages that hold
-// reposts; kept simple, since it runs on the read path (the caller checks
-// the graph did not move meanwhile).
-func (db *DB) Repeats(ctx context.Context, userID int64, hides, reposts []int64) (map[int64]bool, error) {
+// Repeats returns, of page (post ids a Redis feed gave, reposts among
+// them), the reposts userID's home feed does not show although it holds
+// them — an earlier entry of the same original shows: the original itself,
+// or an earlier repost — by the users the reader hides as the caller read
+// them (its Redis feed's list) and whom the reader follows now; and the
+// posts deleted by now. The caller read the page before this query: a
+// delete that committed between the two changes which entry of an
+// original shows (a deleted original takes its reposts with it), so the
+// page is kept as of this query, without what is deleted. One query a
+// page, and only for pages that hold reposts; kept simple, since it runs
+// on the read path (the caller checks the graph did not move meanwhile).
+func (db *DB) Repeats(ctx context.Context, userID int64, hides, page []int64) (repeats, deleted map[int64]bool, err error) {
 	if hides == nil {
 		hides = []int64{}
 	}
 	rows, err := db.primary.Query(ctx, `
-SELECT p.id FROM posts p
-WHERE p.id = ANY($2) AND p.repost_of IS NOT NULL
-  AND (EXISTS (SELECT 1 FROM posts e WHERE e.id = p.repost_of AND `+visibleEntrySQL+`)
-       OR EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id AND `+visibleEntrySQL+`))`,
-		userID, reposts, hides)
+SELECT p.id, p.deleted_at IS NOT NULL,
+       p.repost_of IS NOT NULL
+       AND (EXISTS (SELECT 1 FROM posts e WHERE e.id = p.repost_of AND `+visibleEntrySQL+`)
+            OR EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id AND `+visibleEntrySQL+`))
+FROM posts p
+WHERE p.id = ANY($2)`,
+		userID, page, hides)
 	if err != nil {
-		return nil, fmt.Errorf("repeated reposts: %w", err)
+		return nil, nil, fmt.Errorf("repeated reposts: %w", err)
 	}
 	defer rows.Close()
-	out := make(map[int64]bool)
+	repeats, deleted = make(map[int64]bool), make(map[int64]bool, len(page))
+	for _, id := range page {
+		deleted[id] = true // until its row says otherwise: a purged post is no row
+	}
 	for rows.Next() {
 		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("repeated reposts: %w", err)
+		var gone, repeat bool
+		if err := rows.Scan(&id, &gone, &repeat); err != nil {
+			return nil, nil, fmt.Errorf("repeated reposts: %w", err)
 		}
-		out[id] = true
+		if !gone {
+			delete(deleted, id)
+		}
+		if !gone && repeat {
+			repeats[id] = true
+		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("repeated reposts: %w", err)
+		return nil, nil, fmt.Errorf("repeated reposts: %w", err)
 	}
-	return out, nil
+	return repeats, deleted, nil
 }
