@@ -41,8 +41,9 @@ func (s *Server) createRepost(c echo.Context) error {
 			return domain.ErrNotFound
 		}
 	}
-	original := target.OriginalID()
-	repost, created, err := s.posts.CreateRepost(ctx, me, original)
+	// The store resolves the original again, in the statement that writes:
+	// a delete of the repost meanwhile makes it a not found.
+	repost, created, err := s.posts.CreateRepost(ctx, me, target.ID)
 	if err != nil {
 		return err
 	}

@@ -31,9 +31,9 @@ import (
 // Posts is the posts side of the store.
 type Posts interface {
 	CreatePost(ctx context.Context, authorID int64, body, key string) (domain.Post, bool, error)
-	// CreateRepost reposts an original; created is false when the user
-	// had reposted it already.
-	CreateRepost(ctx context.Context, userID, originalID int64) (domain.Post, bool, error)
+	// CreateRepost reposts a post, or a repost's original; created is
+	// false when the user had reposted the original already.
+	CreateRepost(ctx context.Context, userID, postID int64) (domain.Post, bool, error)
 	Post(ctx context.Context, id int64) (domain.Post, error)
 	// DeletePostAndReposts deletes a post and its reposts, and returns
 	// the reposts' ids.

@@ -34,8 +34,17 @@ func TestCreateRepost(t *testing.T) {
 
 	_, _, err = db.CreateRepost(ctx, author, original.ID)
 	require.ErrorIs(t, err, domain.ErrOwnPost)
-	_, _, err = db.CreateRepost(ctx, reposter, repost.ID)
-	require.ErrorIs(t, err, domain.ErrNotFound, "the store reposts originals; the API resolves a repost's")
+	again, created, err = db.CreateRepost(ctx, reposter, repost.ID)
+	require.NoError(t, err)
+	require.False(t, created, "reposting one's repost is reposting its original again")
+	require.Equal(t, repost.ID, again.ID)
+	other, created, err := db.CreateRepost(ctx, 4, repost.ID)
+	require.NoError(t, err)
+	require.True(t, created)
+	require.Equal(t, original.ID, other.RepostOf.ID, "a repost of a repost reposts the original")
+	require.NoError(t, db.DeletePost(ctx, other.ID, 4))
+	_, _, err = db.CreateRepost(ctx, 5, other.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "a deleted repost is not there to repost, though its original is")
 	_, _, err = db.CreateRepost(ctx, reposter, 999999)
 	require.ErrorIs(t, err, domain.ErrNotFound)
 
@@ -50,7 +59,7 @@ func TestCreateRepost(t *testing.T) {
 	require.Equal(t, []int64{repost.ID}, reposts)
 	_, err = db.Post(ctx, repost.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound)
-	require.Len(t, outboxRowsOfType(t, bundle.pool, domain.PostDeleted), 2)
+	require.Len(t, outboxRowsOfType(t, bundle.pool, domain.PostDeleted), 3, "4's repost, the original, its live repost")
 	_, _, err = db.CreateRepost(ctx, reposter, original.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound)
 }

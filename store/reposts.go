@@ -14,18 +14,23 @@ import (
 const blockedSQL = `EXISTS (SELECT 1 FROM blocks
     WHERE (blocker_id = $1 AND blocked_id = o.author_id) OR (blocker_id = o.author_id AND blocked_id = $1))`
 
-// createRepostSQL writes the repost of original $2 by $1 and its
-// post.created outbox row in one statement, when the original is live, not
-// $1's own and no block stands between the two; a live repost of it by $1
-// already there makes it insert nothing. The original's row is held FOR
-// SHARE: a delete of it waits for this to commit, and then deletes the
-// repost too (deleteRepostsSQL); a delete that committed first makes this
-// find the original deleted. It returns the repost as it wrote it (postColumns'
-// order): read again, it might be gone already, taken by that delete.
+// createRepostSQL writes the repost by $1 of post $2 — of its original,
+// when $2 is itself a repost — and its post.created outbox row in one
+// statement, when both are live, the original is not $1's own and no block
+// stands between the two; a live repost of the original by $1 already there
+// makes it insert nothing. Both rows are held FOR SHARE: a delete of
+// either waits for this to commit, and a delete of the original then
+// deletes the repost too (deleteRepostsSQL); a delete that committed first
+// makes this find the post deleted. It returns the repost as it wrote it
+// (postColumns' order): read again, it might be gone already, taken by
+// that delete.
 const createRepostSQL = `
-WITH o AS (
-    SELECT id, author_id, body, created_at FROM posts
-    WHERE id = $2 AND deleted_at IS NULL AND repost_of IS NULL FOR SHARE
+WITH t AS (
+    SELECT COALESCE(repost_of, id) AS original FROM posts
+    WHERE id = $2 AND deleted_at IS NULL FOR SHARE
+), o AS (
+    SELECT p.id, p.author_id, p.body, p.created_at FROM posts p, t
+    WHERE p.id = t.original AND p.deleted_at IS NULL AND p.repost_of IS NULL FOR SHARE OF p
 ), r AS (
     INSERT INTO posts (author_id, body, repost_of)
     SELECT $1, '', o.id FROM o WHERE o.author_id <> $1 AND NOT ` + blockedSQL + `
@@ -38,30 +43,34 @@ WITH o AS (
 SELECT r.id, r.author_id, r.body, r.created_at, o.id, o.author_id, o.body, o.created_at FROM r, o`
 
 // whyNoRepostSQL tells, in one snapshot, why createRepostSQL wrote nothing:
-// the original's author (none: missing or deleted), whether a block stands
-// between the two, the live repost of it by $1 there already (a NULL id
-// when there is none), and the original's body and time.
+// the original's id and author (no row: the post or its original missing
+// or deleted), whether a block stands between the two, the live repost of
+// it by $1 there already (a NULL id when there is none), and the
+// original's body and time.
 const whyNoRepostSQL = `
-SELECT o.author_id, ` + blockedSQL + `,
+SELECT o.id, o.author_id, ` + blockedSQL + `,
        e.id, COALESCE(e.author_id, 0), COALESCE(e.body, ''), COALESCE(e.created_at, now()), o.body, o.created_at
-FROM posts o
+FROM posts t
+JOIN posts o ON o.id = COALESCE(t.repost_of, t.id)
 LEFT JOIN posts e ON e.author_id = $1 AND e.repost_of = o.id AND e.deleted_at IS NULL
-WHERE o.id = $2 AND o.deleted_at IS NULL AND o.repost_of IS NULL`
+WHERE t.id = $2 AND t.deleted_at IS NULL AND o.deleted_at IS NULL AND o.repost_of IS NULL`
 
 // repostTries bounds how often CreateRepost inserts again after a repost in
 // its way was deleted before it could return it.
 const repostTries = 3
 
-// CreateRepost reposts the post originalID (an original, not a repost) on
-// behalf of userID and returns the repost, with created false when userID
-// had reposted it already (nothing is written then). The original missing,
-// deleted or behind a block is domain.ErrNotFound; one's own,
-// domain.ErrOwnPost. What it returns was read in the statement that
-// decided it: a delete that commits right after (of the original, or of
-// the repost there already) does not turn the answer into a not found.
-func (db *DB) CreateRepost(ctx context.Context, userID, originalID int64) (domain.Post, bool, error) {
+// CreateRepost reposts the post postID on behalf of userID — its original,
+// when postID is a repost — and returns the repost, with created false
+// when userID had reposted the original already (nothing is written then).
+// The post or its original missing, deleted or behind a block is
+// domain.ErrNotFound; one's own original, domain.ErrOwnPost. Which
+// original, and the answer, are decided in one statement: a delete that
+// commits right after (of the post, the original or the repost there
+// already) does not turn the answer into a not found, and one that
+// committed before is a not found.
+func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Post, bool, error) {
 	for range repostTries {
-		post, err := scanPost(db.primary.QueryRow(ctx, createRepostSQL, userID, originalID, traceparent.From(ctx)))
+		post, err := scanPost(db.primary.QueryRow(ctx, createRepostSQL, userID, postID, traceparent.From(ctx)))
 		if err == nil {
 			return post, true, nil
 		}
@@ -74,9 +83,9 @@ func (db *DB) CreateRepost(ctx context.Context, userID, originalID int64) (domai
 		var firstID *int64 // NULL: no live repost
 		var firstAuthor int64
 		var firstCreated time.Time
-		orig := domain.Post{ID: originalID}
-		err = db.primary.QueryRow(ctx, whyNoRepostSQL, userID, originalID).Scan(
-			&orig.AuthorID, &blocked, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
+		var orig domain.Post
+		err = db.primary.QueryRow(ctx, whyNoRepostSQL, userID, postID).Scan(
+			&orig.ID, &orig.AuthorID, &blocked, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
 		switch {
 		case isNoRows(err):
 			return domain.Post{}, false, domain.ErrNotFound
@@ -93,5 +102,5 @@ func (db *DB) CreateRepost(ctx context.Context, userID, originalID int64) (domai
 		}
 		// The repost in the way was deleted since the insert: insert again.
 	}
-	return domain.Post{}, false, fmt.Errorf("create repost: the repost of %d by %d was deleted under it %d times", originalID, userID, repostTries)
+	return domain.Post{}, false, fmt.Errorf("create repost: the repost of %d by %d was deleted under it %d times", postID, userID, repostTries)
 }
