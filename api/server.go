@@ -60,9 +60,6 @@ type Graph interface {
 	Blocks(ctx context.Context, userID int64, after *domain.FollowCursor, limit int) ([]domain.Follow, error)
 	// Blocked reports whether a block stands between a and b, either way.
 	Blocked(ctx context.Context, a, b int64) (bool, error)
-	// Hides reports whether reader's feed hides other's entries: a mute
-	// by reader, or a block either way.
-	Hides(ctx context.Context, reader, other int64) (bool, error)
 }
 
 // Feeds reads home feeds and keeps them right after follows and deletes.

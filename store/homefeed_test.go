@@ -52,6 +52,14 @@ func TestCreateRepost(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = db.CreateRepost(ctx, 3, original.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound, "a block hides the original")
+	_, err = db.Mute(ctx, 6, author)
+	require.NoError(t, err)
+	_, _, err = db.CreateRepost(ctx, 6, original.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "so does a mute of its author")
+	_, err = db.Block(ctx, reposter, 7)
+	require.NoError(t, err)
+	_, _, err = db.CreateRepost(ctx, 7, repost.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "a block by the reposter hides the repost")
 
 	// Deleting the original deletes its reposts, each with its event.
 	reposts, err := db.DeletePostAndReposts(ctx, original.ID, author)

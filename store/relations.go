@@ -11,10 +11,16 @@ import (
 	"github.com/newsfeed/newsfeed/internal/traceparent"
 )
 
-// hiddenSQL is true when $1's home feed hides the entries of $2: $1 mutes
-// $2, or either blocks the other.
-const hiddenSQL = `(EXISTS (SELECT 1 FROM mutes WHERE user_id = $1 AND muted_id = $2)
-    OR EXISTS (SELECT 1 FROM blocks WHERE (blocker_id = $1 AND blocked_id = $2) OR (blocker_id = $2 AND blocked_id = $1)))`
+// hidesSQL is true when the home feed of user hides the entries of other
+// (two SQL expressions): user mutes other, or either blocks the other.
+func hidesSQL(user, other string) string {
+	return `(EXISTS (SELECT 1 FROM mutes WHERE user_id = ` + user + ` AND muted_id = ` + other + `)
+    OR EXISTS (SELECT 1 FROM blocks WHERE (blocker_id = ` + user + ` AND blocked_id = ` + other + `)
+                                    OR (blocker_id = ` + other + ` AND blocked_id = ` + user + `)))`
+}
+
+// hiddenSQL is hidesSQL of $1 and $2.
+var hiddenSQL = hidesSQL("$1", "$2")
 
 // relationChangedSQL writes relation.changed for the pair.
 const relationChangedSQL = `
@@ -166,14 +172,4 @@ func (db *DB) Blocks(ctx context.Context, userID int64, after *domain.FollowCurs
 SELECT blocked_id, created_at FROM blocks
 WHERE blocker_id = $1 AND ($2::timestamptz IS NULL OR (created_at, blocked_id) < ($2, $3))
 ORDER BY created_at DESC, blocked_id DESC LIMIT $4`, userID, after, limit)
-}
-
-// Hides reports whether reader's home feed hides the entries of other: a
-// mute by reader, or a block either way.
-func (db *DB) Hides(ctx context.Context, reader, other int64) (bool, error) {
-	var hidden bool
-	if err := db.primary.QueryRow(ctx, `SELECT `+hiddenSQL, reader, other).Scan(&hidden); err != nil {
-		return false, fmt.Errorf("hide between %d and %d: %w", reader, other, err)
-	}
-	return hidden, nil
 }

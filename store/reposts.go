@@ -9,31 +9,27 @@ import (
 	"github.com/newsfeed/newsfeed/internal/traceparent"
 )
 
-// blockedSQL is true when $1 and the author o.author_id block each other,
-// either way.
-const blockedSQL = `EXISTS (SELECT 1 FROM blocks
-    WHERE (blocker_id = $1 AND blocked_id = o.author_id) OR (blocker_id = o.author_id AND blocked_id = $1))`
-
 // createRepostSQL writes the repost by $1 of post $2 — of its original,
 // when $2 is itself a repost — and its post.created outbox row in one
-// statement, when both are live, the original is not $1's own and no block
-// stands between the two; a live repost of the original by $1 already there
-// makes it insert nothing. Both rows are held FOR SHARE: a delete of
-// either waits for this to commit, and a delete of the original then
-// deletes the repost too (deleteRepostsSQL); a delete that committed first
-// makes this find the post deleted. It returns the repost as it wrote it
-// (postColumns' order): read again, it might be gone already, taken by
-// that delete.
-const createRepostSQL = `
+// statement, when both are live, the original is not $1's own and neither
+// author is one $1 hides (a mute, a block either way: hidesSQL); a live
+// repost of the original by $1 already there makes it insert nothing.
+// Both rows are held FOR SHARE: a delete of either waits for this to
+// commit, and a delete of the original then deletes the repost too
+// (deleteRepostsSQL); a delete, a mute or a block that committed first
+// refuses it. It returns the repost as it wrote it (postColumns' order):
+// read again, it might be gone already, taken by that delete.
+var createRepostSQL = `
 WITH t AS (
-    SELECT COALESCE(repost_of, id) AS original FROM posts
+    SELECT author_id, COALESCE(repost_of, id) AS original FROM posts
     WHERE id = $2 AND deleted_at IS NULL FOR SHARE
 ), o AS (
     SELECT p.id, p.author_id, p.body, p.created_at FROM posts p, t
     WHERE p.id = t.original AND p.deleted_at IS NULL AND p.repost_of IS NULL FOR SHARE OF p
 ), r AS (
     INSERT INTO posts (author_id, body, repost_of)
-    SELECT $1, '', o.id FROM o WHERE o.author_id <> $1 AND NOT ` + blockedSQL + `
+    SELECT $1, '', o.id FROM o, t
+    WHERE o.author_id <> $1 AND NOT ` + hidesSQL("$1", "o.author_id") + ` AND NOT ` + hidesSQL("$1", "t.author_id") + `
     ON CONFLICT (author_id, repost_of) WHERE repost_of IS NOT NULL AND deleted_at IS NULL DO NOTHING
     RETURNING id, author_id, body, created_at
 ), ob AS (
@@ -44,11 +40,11 @@ SELECT r.id, r.author_id, r.body, r.created_at, o.id, o.author_id, o.body, o.cre
 
 // whyNoRepostSQL tells, in one snapshot, why createRepostSQL wrote nothing:
 // the original's id and author (no row: the post or its original missing
-// or deleted), whether a block stands between the two, the live repost of
+// or deleted), whether $1 hides either author, the live repost of
 // it by $1 there already (a NULL id when there is none), and the
 // original's body and time.
-const whyNoRepostSQL = `
-SELECT o.id, o.author_id, ` + blockedSQL + `,
+var whyNoRepostSQL = `
+SELECT o.id, o.author_id, ` + hidesSQL("$1", "o.author_id") + ` OR ` + hidesSQL("$1", "t.author_id") + `,
        e.id, COALESCE(e.author_id, 0), COALESCE(e.body, ''), COALESCE(e.created_at, now()), o.body, o.created_at
 FROM posts t
 JOIN posts o ON o.id = COALESCE(t.repost_of, t.id)
@@ -62,8 +58,8 @@ const repostTries = 3
 // CreateRepost reposts the post postID on behalf of userID — its original,
 // when postID is a repost — and returns the repost, with created false
 // when userID had reposted the original already (nothing is written then).
-// The post or its original missing, deleted or behind a block is
-// domain.ErrNotFound; one's own original, domain.ErrOwnPost. Which
+// The post or its original missing or deleted, or by someone userID hides
+// (a mute, a block either way), is domain.ErrNotFound; one's own original, domain.ErrOwnPost. Which
 // original, and the answer, are decided in one statement: a delete that
 // commits right after (of the post, the original or the repost there
 // already) does not turn the answer into a not found, and one that
@@ -78,14 +74,14 @@ func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Po
 			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
 		}
 		// Why nothing was written: a repost there already, or a refusal.
-		var blocked bool
+		var hidden bool
 		var first domain.Post
 		var firstID *int64 // NULL: no live repost
 		var firstAuthor int64
 		var firstCreated time.Time
 		var orig domain.Post
 		err = db.primary.QueryRow(ctx, whyNoRepostSQL, userID, postID).Scan(
-			&orig.ID, &orig.AuthorID, &blocked, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
+			&orig.ID, &orig.AuthorID, &hidden, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
 		switch {
 		case isNoRows(err):
 			return domain.Post{}, false, domain.ErrNotFound
@@ -93,7 +89,7 @@ func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Po
 			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
 		case orig.AuthorID == userID:
 			return domain.Post{}, false, domain.ErrOwnPost
-		case blocked:
+		case hidden:
 			return domain.Post{}, false, domain.ErrNotFound
 		case firstID != nil:
 			orig.CreatedAt = orig.CreatedAt.UTC()
