@@ -60,6 +60,10 @@ func TestCreateRepost(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = db.CreateRepost(ctx, 7, repost.ID)
 	require.ErrorIs(t, err, domain.ErrNotFound, "a block by the reposter hides the repost")
+	_, err = db.Mute(ctx, author, reposter)
+	require.NoError(t, err)
+	_, _, err = db.CreateRepost(ctx, author, repost.ID)
+	require.ErrorIs(t, err, domain.ErrNotFound, "a repost of one's own post by someone one mutes is not there")
 
 	// Deleting the original deletes its reposts, each with its event.
 	reposts, err := db.DeletePostAndReposts(ctx, original.ID, author)

@@ -87,10 +87,10 @@ func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Po
 			return domain.Post{}, false, domain.ErrNotFound
 		case err != nil:
 			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
+		case hidden: // not there for userID, even a repost of their own post
+			return domain.Post{}, false, domain.ErrNotFound
 		case orig.AuthorID == userID:
 			return domain.Post{}, false, domain.ErrOwnPost
-		case hidden:
-			return domain.Post{}, false, domain.ErrNotFound
 		case firstID != nil:
 			orig.CreatedAt = orig.CreatedAt.UTC()
 			first.ID, first.AuthorID, first.CreatedAt, first.RepostOf = *firstID, firstAuthor, firstCreated.UTC(), &orig
