@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 
@@ -271,4 +272,55 @@ func TestDeleteBetweenRedisAndRepeatsShowsTheFeedAtOneMoment(t *testing.T) {
 		require.Equal(t, []int64{p}, ids, "before the delete: the original alone (p=%d r=%d)", p, r)
 	}
 	require.Empty(t, b.readAll(t, 10, 20), "after it: nothing")
+}
+
+// postsByIDHook runs hook (once) when a read first asks PostgreSQL for
+// posts the cache lacks: between the read of the feed's ids and their
+// hydration.
+type postsByIDHook struct {
+	*store.DB
+	once sync.Once
+	hook func()
+}
+
+func (s *postsByIDHook) PostsByID(ctx context.Context, ids []int64) ([]domain.Post, error) {
+	s.once.Do(func() {
+		if s.hook != nil {
+			s.hook()
+		}
+	})
+	return s.DB.PostsByID(ctx, ids)
+}
+
+// TestDeleteAfterAPostDuringARead: a read takes the feed's ids, then a
+// post is made (in the feed at once), then an older post is deleted, all
+// before the read hydrates the ids. The page must be the feed at one
+// moment: not without the delete's post and the new one both
+// (TestFeedModelConcurrent: "misses [122 (by 900402)]" beside a delete).
+func TestDeleteAfterAPostDuringARead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ph *postsByIDHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
+	old := b.post(t, 10)
+	require.Equal(t, []int64{old}, b.readAll(t, 10, 20))
+	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(old, 10)).Err(), "not cached: the read asks PostgreSQL")
+	var fresh int64
+	ph.hook = func() {
+		fresh = b.post(t, 10)
+		require.NoError(t, b.feeds.PushOwn(ctx, domain.Entry{PostID: fresh, AuthorID: 10}))
+		undo, err := b.feeds.MarkDeleting(ctx, old)
+		require.NoError(t, err)
+		defer undo()
+		require.NoError(t, b.db.DeletePost(ctx, old, 10))
+		require.NoError(t, b.feeds.ForgetPost(ctx, old))
+	}
+	page, err := b.feeds.Read(ctx, 10, 0, 20)
+	require.NoError(t, err)
+	var ids []int64
+	for _, p := range page.Posts {
+		ids = append(ids, p.ID)
+	}
+	require.NotEmpty(t, ids, "before the new post: the old one; after the delete: the new one; never neither")
+	require.Equal(t, []int64{fresh}, b.readAll(t, 10, 20))
 }

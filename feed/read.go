@@ -47,17 +47,9 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 			// that a filtered page takes fewer rounds (extra posts are cut).
 			n *= 2
 		}
-		ids, floor, err := r.next(ctx, cursor, n)
-		if err == nil {
-			var hydrated []domain.Post
-			if hydrated, err = f.hydrate(ctx, ids); err == nil {
-				// What the feed holds but does not show goes as a deleted
-				// post does: the page reads on.
-				hydrated, err = f.shown(ctx, r, hydrated)
-			}
-			lost = len(ids) - len(hydrated)
-			posts = append(posts, hydrated...)
-		}
+		ids, floor, kept, err := r.round(ctx, cursor, n)
+		lost = len(ids) - len(kept)
+		posts = append(posts, kept...)
 		if errors.Is(err, errFromPostgres) {
 			floor = cursor // nothing sure in Redis below the cursor
 		} else if err != nil {
@@ -87,6 +79,46 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 	}
 	return page, nil
 }
+
+// round reads up to n entries below before (next) and keeps those the feed
+// shows: their posts, without the deleted ones (hydrate) and those the
+// reader does not see (shown). The ids come first and whether a post is
+// deleted later: a delete seen in between, after a push the ids did not
+// hold yet, would make a page of no moment (the push's post missing, the
+// delete's too). So when a round drops a post as deleted, the sources are
+// read again: unchanged, the page is the feed as of the hydration; moved,
+// the round is read again, up to roundTries times, and then the page comes
+// from PostgreSQL.
+func (r *feedReader) round(ctx context.Context, before int64, n int) (ids []int64, floor int64, kept []domain.Post, err error) {
+	for range roundTries {
+		if ids, floor, err = r.next(ctx, before, n); err != nil {
+			return nil, 0, nil, err
+		}
+		if kept, err = r.f.hydrate(ctx, ids); err != nil {
+			return nil, 0, nil, err
+		}
+		deleted := len(ids) - len(kept)
+		var gone int
+		if kept, gone, err = r.f.shown(ctx, r, kept); err != nil {
+			return nil, 0, nil, err
+		}
+		if deleted+gone == 0 || floor > 0 { // floor: the page comes from PostgreSQL anyway
+			return ids, floor, kept, nil
+		}
+		again, againFloor, err := r.next(ctx, before, n)
+		if err != nil {
+			return nil, 0, nil, err
+		}
+		if againFloor == floor && slices.Equal(again, ids) {
+			return ids, floor, kept, nil
+		}
+	}
+	return nil, 0, nil, errFromPostgres
+}
+
+// roundTries bounds how often a round whose sources moved while it read
+// them is read again.
+const roundTries = 3
 
 // feedReader reads one page from Redis: the reader's feed and the timelines
 // of the celebrities they follow, learned on the first call.

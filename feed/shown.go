@@ -26,7 +26,7 @@ import (
 // reader who hides nobody — the common case — costs a byte search a post;
 // reposts that remain cost one PostgreSQL query a page (Repeats), which
 // also drops what was deleted since the post cache gave the page.
-func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) ([]domain.Post, error) {
+func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (kept []domain.Post, deleted int, err error) {
 	hides := r.hides
 	var reposts []int64
 	out := posts[:0]
@@ -52,15 +52,15 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	}
 	f.metrics.filtered(reasonHidden, hidden)
 	if len(reposts) == 0 {
-		return out, nil
+		return out, 0, nil
 	}
 	page := make([]int64, len(out))
 	for i, p := range out {
 		page[i] = p.ID
 	}
-	repeats, deleted, err := f.store.Repeats(ctx, r.user, hides, page)
+	repeats, gone, err := f.store.Repeats(ctx, r.user, hides, page)
 	if err != nil {
-		return nil, fmt.Errorf("filter feed: %w", err)
+		return nil, 0, fmt.Errorf("filter feed: %w", err)
 	}
 	// Repeats read the graph in PostgreSQL after Redis gave the page: a
 	// follow, an unfollow, a mute or a block between the two would be
@@ -69,19 +69,20 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	// its commit until its application bumps the hash's version: unless
 	// both are as the page found them, the page comes from PostgreSQL.
 	if same, err := f.graphUnchanged(ctx, r); err != nil || !same {
-		return nil, cmp.Or(err, errFromPostgres)
+		return nil, 0, cmp.Or(err, errFromPostgres)
 	}
 	// Which entry of an original shows depends on what is deleted: the
 	// page is kept as Repeats found it, without what was deleted since the
-	// post cache gave it (an original and its reposts go together).
-	kept := out[:0]
+	// post cache gave it (an original and its reposts go together; the
+	// caller makes sure the feed did not move meanwhile).
+	kept = out[:0]
 	for _, p := range out {
-		if !repeats[p.ID] && !deleted[p.ID] {
+		if !repeats[p.ID] && !gone[p.ID] {
 			kept = append(kept, p)
 		}
 	}
 	f.metrics.filtered(reasonRepeat, len(repeats))
-	return kept, nil
+	return kept, len(gone), nil
 }
 
 // repostKey is in a post's JSON only as the key of a repost's original: in
