@@ -2,10 +2,12 @@ package api_test
 
 import (
 	"context"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -35,13 +37,20 @@ func (s *stall) ctx() context.Context {
 }
 
 // callIn is pipeline.call with the request under ctx.
-func (m *pipeline) callIn(ctx context.Context, t *testing.T, as int64, method, path string) *httptest.ResponseRecorder {
+func (m *pipeline) callIn(ctx context.Context, t *testing.T, as int64, method, path string, body ...string) *httptest.ResponseRecorder {
 	t.Helper()
 	tok, err := api.IssueToken(testSecret, as, time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req := httptest.NewRequestWithContext(ctx, method, path, nil)
+	var sent io.Reader
+	if len(body) > 0 {
+		sent = strings.NewReader(body[0])
+	}
+	req := httptest.NewRequestWithContext(ctx, method, path, sent)
+	if sent != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	req.Header.Set("Authorization", "Bearer "+tok)
 	rec := httptest.NewRecorder()
 	m.e.ServeHTTP(rec, req)
@@ -122,5 +131,45 @@ func TestUnfollowRacingFollow(t *testing.T) {
 	slices.Reverse(posts)
 	if got := m.readFrom(t, reader, 20, "", 0); !slices.Equal(got, posts) {
 		t.Fatalf("the reader follows the author, and the feed holds %v, want %v", got, posts)
+	}
+}
+
+// TestOwnPostStalledAfterCommit: a post stalls between its commit and its
+// push into its author's feed. Meanwhile a read from PostgreSQL (another
+// change of the author's in flight sends it there) shows the post; every
+// later read must show it too, though Redis does not have it yet.
+func TestOwnPostStalledAfterCommit(t *testing.T) {
+	t.Parallel()
+	rdb, prefix, cluster := testenv.NewUniversalRedis(t)
+	m := startPipeline(t, testenv.NewPool(t), rdb, cluster, prefix, modelConfig{
+		MaxLen: 40, Backfill: 50, ChunkSize: 1000, PageSize: 1000,
+	})
+	const author = 1
+	first := m.post(t, author)
+	m.deliver(t)
+	if got := m.readFrom(t, author, 20, "", 0); !slices.Equal(got, []int64{first}) {
+		t.Fatalf("the author's feed: %v, want [%d]", got, first)
+	}
+
+	s := newStall()
+	done := make(chan *httptest.ResponseRecorder)
+	go func() { done <- m.callIn(s.ctx(), t, author, http.MethodPost, "/v1/posts", `{"body":"stalled"}`) }()
+	<-s.reached
+	unmark, err := m.feeds.MarkGraphChange(context.Background(), author) // as a mute in flight would
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := m.readFrom(t, author, 20, "", 0)
+	if len(shown) != 2 {
+		t.Fatalf("read from PostgreSQL: %v, want the committed post too", shown)
+	}
+	unmark()
+	if got := m.readFrom(t, author, 20, "", 0); !slices.Equal(got, shown) {
+		t.Fatalf("a later read shows %v after %v", got, shown)
+	}
+	close(s.release)
+	m.expect(t, <-done, http.StatusCreated)
+	if got := m.readFrom(t, author, 20, "", 0); !slices.Equal(got, shown) {
+		t.Fatalf("after the post answered: %v, want %v", got, shown)
 	}
 }

@@ -29,16 +29,19 @@ func (s *Server) createRepost(c echo.Context) error {
 	// block either way — is not there to repost (docs/API.md). The store
 	// decides both in the statement that writes: a delete, a mute or a
 	// block meanwhile is seen.
+	unmark := s.markOwnPost(c)
 	repost, created, err := s.posts.CreateRepost(ctx, me, id)
 	if err != nil {
+		unmark()
 		return err
 	}
 	s.wrote(c)
 	if !created {
+		unmark()
 		return c.JSON(http.StatusOK, repost)
 	}
 	s.cfg.OutboxWrittenFunc()
-	s.pushOwn(c, repost)
+	s.pushOwn(c, repost, unmark)
 	c.Response().Header().Set("Location", "/v1/posts/"+strconv.FormatInt(repost.ID, 10))
 	return c.JSON(http.StatusCreated, repost)
 }

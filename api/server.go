@@ -234,28 +234,56 @@ func (s *Server) createPost(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	unmark := s.markOwnPost(c)
 	post, created, err := s.createInTransaction(c.Request().Context(), userID(c), body, key)
 	if err != nil {
+		unmark()
 		return err
 	}
 	s.wrote(c) // a repeat too: the first request may have died before it recorded
 	if !created {
+		unmark()
 		return c.JSON(http.StatusOK, post)
 	}
 	s.cfg.OutboxWrittenFunc()
-	s.pushOwn(c, post)
+	failpoint.Hit(c.Request().Context(), failpoint.AfterCommit)
+	s.pushOwn(c, post, unmark)
 	c.Response().Header().Set("Location", "/v1/posts/"+strconv.FormatInt(post.ID, 10))
 	return c.JSON(http.StatusCreated, post)
 }
 
+// markOwnPost marks the caller's feed changing before a post or repost of
+// theirs commits, as a graph change is (MarkGraphChange): from the commit
+// until pushOwn puts it into their feed, PostgreSQL has it and Redis not,
+// and a read from each in turn (a read goes to PostgreSQL while any change
+// of the reader's is in flight) would show it, then not. While the mark
+// stands their reads come from PostgreSQL. Call unmark once pushed, or
+// when nothing was written. A mark that fails is logged at debug: reads
+// from Redis then lack the post until it is pushed, as they lack any post
+// on its way.
+func (s *Server) markOwnPost(c echo.Context) (unmark func()) {
+	if redisKnownDown(s.cfg.Outages) {
+		return func() {}
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), ownPushBudget)
+	defer cancel()
+	unmark, err := s.feeds.MarkGraphChange(ctx, userID(c))
+	if err != nil {
+		logctx.From(ctx, s.log).Debug("cannot mark the post in flight", zap.Error(err))
+	}
+	return unmark
+}
+
 // pushOwn puts a new post or repost into its author's own feed before the
-// 201: they read it from then on. If Redis cannot take it, reads come from
-// PostgreSQL, which has it, and the fan-out pushes it when Redis is back.
+// 201: they read it from then on; then it takes markOwnPost's mark away.
+// If Redis cannot take it, the mark stays until it expires and reads come
+// from PostgreSQL, which has the post, and the fan-out pushes it when
+// Redis is back.
 //
 // It has ownPushBudget, far less than a request's deadline: a post must
 // not wait on a Redis that stopped answering (reads fall back to
 // PostgreSQL then), and with Redis known down it is not tried at all.
-func (s *Server) pushOwn(c echo.Context, post domain.Post) {
+func (s *Server) pushOwn(c echo.Context, post domain.Post, unmark func()) {
 	if redisKnownDown(s.cfg.Outages) {
 		return
 	}
@@ -263,11 +291,14 @@ func (s *Server) pushOwn(c echo.Context, post domain.Post) {
 	defer cancel()
 	if err := s.feeds.PushOwn(ctx, domain.Entry{PostID: post.ID, AuthorID: post.AuthorID}); err != nil {
 		s.degraded(c, "cannot put the post into its author's feed yet; its fan-out will", err, zap.Int64("post_id", post.ID))
+		return
 	}
+	unmark()
 }
 
-// ownPushBudget bounds pushOwn: a push, and the drop of the feed should it
-// fail, take a few milliseconds when Redis answers.
+// ownPushBudget bounds markOwnPost and pushOwn: a mark, a push, and the
+// drop of the feed should it fail, take a few milliseconds when Redis
+// answers.
 const ownPushBudget = 250 * time.Millisecond
 
 // createInTransaction creates the post in its span, the parent of the
