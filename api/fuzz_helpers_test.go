@@ -232,6 +232,7 @@ type fuzzState struct {
 	pulled                      int64
 	relations                   int64 // mutes and blocks
 	redisWrites                 int64
+	marksLeft                   int64 // graph marks set and not taken away
 }
 
 const fuzzStateSQL = `SELECT
@@ -254,6 +255,7 @@ func (env *fuzzEnv) state(tb testing.TB) fuzzState {
 		tb.Fatalf("read the database state: %v", err)
 	}
 	s.redisWrites, _ = env.writes.count()
+	s.marksLeft = env.writes.marksLeft()
 	return s
 }
 
@@ -269,17 +271,25 @@ var fuzzRedisReads = map[string]bool{
 }
 
 // fuzzRedisWrites is a hook that counts the commands a client sends that
-// may write (unknown ones and scripts among them).
+// may write (unknown ones and scripts among them). The mark a request sets
+// on its user's feed while its change is in flight (graphmark), and takes
+// away before it answers, is counted apart: marks is how many were set and
+// not taken away.
 type fuzzRedisWrites struct {
-	mu   sync.Mutex
-	n    int64
-	last []string
+	mu    sync.Mutex
+	n     int64
+	marks int64
+	last  []string
 }
 
 func (w *fuzzRedisWrites) saw(cmds ...redis.Cmder) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range cmds {
+		if delta, ok := fuzzGraphMark(c); ok {
+			w.marks += delta
+			continue
+		}
 		if name := c.Name(); !fuzzRedisReads[name] {
 			w.n++
 			w.last = append(w.last, c.String())
@@ -290,10 +300,40 @@ func (w *fuzzRedisWrites) saw(cmds ...redis.Cmder) {
 	}
 }
 
+// fuzzGraphMark tells whether c is a command on a graph mark, and what it
+// does to the marks set: 1 sets one, -1 takes one away, 0 (its expiry)
+// neither.
+func fuzzGraphMark(c redis.Cmder) (delta int64, ok bool) {
+	args := c.Args()
+	isMark := func(i int) bool {
+		if len(args) <= i {
+			return false
+		}
+		key, ok := args[i].(string)
+		return ok && strings.Contains(key, ":graphmark:")
+	}
+	switch name := c.Name(); {
+	case name == "incr" && isMark(1):
+		return 1, true
+	case name == "pexpire" && isMark(1):
+		return 0, true
+	case (name == "evalsha" || name == "eval") && len(args) == 4 && isMark(3): // unmarkGraphScript
+		return -1, true
+	}
+	return 0, false
+}
+
 func (w *fuzzRedisWrites) count() (int64, []string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.n, append([]string(nil), w.last...)
+}
+
+// marksLeft is how many graph marks were set and not taken away.
+func (w *fuzzRedisWrites) marksLeft() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.marks
 }
 
 func (w *fuzzRedisWrites) DialHook(next redis.DialHook) redis.DialHook { return next }

@@ -2,8 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/traceparent"
@@ -55,48 +58,85 @@ WHERE t.id = $2 AND t.deleted_at IS NULL AND o.deleted_at IS NULL AND o.repost_o
 // its way was deleted before it could return it.
 const repostTries = 3
 
+// holdGraphSQL makes sure the user's graph_versions row exists (waiting
+// for a change that is creating it), and holdGraphLockSQL holds it FOR
+// SHARE to the commit: every mute and block that could hide an author from
+// the user takes the next version of that row (bumpGraphSQL), so one in
+// flight is waited for and then seen, and one that comes later waits for
+// this commit.
+const (
+	holdGraphSQL     = `INSERT INTO graph_versions (user_id, version) VALUES ($1, 0) ON CONFLICT (user_id) DO NOTHING`
+	holdGraphLockSQL = `SELECT version FROM graph_versions WHERE user_id = $1 FOR SHARE`
+)
+
 // CreateRepost reposts the post postID on behalf of userID — its original,
 // when postID is a repost — and returns the repost, with created false
 // when userID had reposted the original already (nothing is written then).
 // The post or its original missing or deleted, or by someone userID hides
-// (a mute, a block either way), is domain.ErrNotFound; one's own original, domain.ErrOwnPost. Which
-// original, and the answer, are decided in one statement: a delete that
-// commits right after (of the post, the original or the repost there
-// already) does not turn the answer into a not found, and one that
-// committed before is a not found.
+// (a mute, a block either way), is domain.ErrNotFound; one's own original,
+// domain.ErrOwnPost. Which original, and the answer, are decided in one
+// statement, in a transaction that holds userID's graph still: a delete
+// that commits right after (of the post, the original or the repost there
+// already) does not turn the answer into a not found, and a delete, a mute
+// or a block that committed before, or is in flight, is a not found.
 func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Post, bool, error) {
 	for range repostTries {
-		post, err := scanPost(db.primary.QueryRow(ctx, createRepostSQL, userID, postID, traceparent.From(ctx)))
-		if err == nil {
-			return post, true, nil
-		}
-		if !isNoRows(err) {
-			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
-		}
-		// Why nothing was written: a repost there already, or a refusal.
-		var hidden bool
-		var first domain.Post
-		var firstID *int64 // NULL: no live repost
-		var firstAuthor int64
-		var firstCreated time.Time
-		var orig domain.Post
-		err = db.primary.QueryRow(ctx, whyNoRepostSQL, userID, postID).Scan(
-			&orig.ID, &orig.AuthorID, &hidden, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
+		var post domain.Post
+		var created, retry bool
+		err := pgx.BeginFunc(ctx, db.primary, func(tx pgx.Tx) (err error) {
+			post, created, retry, err = repostIn(ctx, tx, userID, postID)
+			return err
+		})
 		switch {
-		case isNoRows(err):
-			return domain.Post{}, false, domain.ErrNotFound
+		case errors.Is(err, domain.ErrNotFound) || errors.Is(err, domain.ErrOwnPost):
+			return domain.Post{}, false, err
 		case err != nil:
 			return domain.Post{}, false, fmt.Errorf("create repost: %w", err)
-		case hidden: // not there for userID, even a repost of their own post
-			return domain.Post{}, false, domain.ErrNotFound
-		case orig.AuthorID == userID:
-			return domain.Post{}, false, domain.ErrOwnPost
-		case firstID != nil:
-			orig.CreatedAt = orig.CreatedAt.UTC()
-			first.ID, first.AuthorID, first.CreatedAt, first.RepostOf = *firstID, firstAuthor, firstCreated.UTC(), &orig
-			return first, false, nil
+		case !retry:
+			return post, created, nil
 		}
-		// The repost in the way was deleted since the insert: insert again.
 	}
 	return domain.Post{}, false, fmt.Errorf("create repost: the repost of %d by %d was deleted under it %d times", postID, userID, repostTries)
+}
+
+// repostIn is one try of CreateRepost in tx; retry says that the repost in
+// the way was deleted between its statements.
+func repostIn(ctx context.Context, tx pgx.Tx, userID, postID int64) (post domain.Post, created, retry bool, err error) {
+	if _, err := tx.Exec(ctx, holdGraphSQL, userID); err != nil {
+		return post, false, false, err
+	}
+	if _, err := tx.Exec(ctx, holdGraphLockSQL, userID); err != nil {
+		return post, false, false, err
+	}
+	post, err = scanPost(tx.QueryRow(ctx, createRepostSQL, userID, postID, traceparent.From(ctx)))
+	if err == nil {
+		return post, true, false, nil
+	}
+	if !isNoRows(err) {
+		return post, false, false, err
+	}
+	// Why nothing was written: a repost there already, or a refusal.
+	var hidden bool
+	var first domain.Post
+	var firstID *int64 // NULL: no live repost
+	var firstAuthor int64
+	var firstCreated time.Time
+	var orig domain.Post
+	err = tx.QueryRow(ctx, whyNoRepostSQL, userID, postID).Scan(
+		&orig.ID, &orig.AuthorID, &hidden, &firstID, &firstAuthor, &first.Body, &firstCreated, &orig.Body, &orig.CreatedAt)
+	switch {
+	case isNoRows(err):
+		return post, false, false, domain.ErrNotFound
+	case err != nil:
+		return post, false, false, err
+	case hidden: // not there for userID, even a repost of their own post
+		return post, false, false, domain.ErrNotFound
+	case orig.AuthorID == userID:
+		return post, false, false, domain.ErrOwnPost
+	case firstID != nil:
+		orig.CreatedAt = orig.CreatedAt.UTC()
+		first.ID, first.AuthorID, first.CreatedAt, first.RepostOf = *firstID, firstAuthor, firstCreated.UTC(), &orig
+		return first, false, false, nil
+	}
+	return post, false, true, nil // the repost in the way was deleted since the insert
 }

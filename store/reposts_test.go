@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/newsfeed/newsfeed/domain"
 	"github.com/newsfeed/newsfeed/internal/testenv"
 	"github.com/newsfeed/newsfeed/store"
 )
@@ -47,22 +48,32 @@ func TestCreateRepostRacingDeletes(t *testing.T) {
 	}
 
 	t.Run("OriginalDeletedRightAfterTheRepost", func(t *testing.T) {
-		// The repost committed, then the original's delete took it along:
-		// the repost was made (its event too), and the answer says so.
+		// The original's delete begins once the repost is written: it
+		// waits for the repost's commit (the original is held FOR SHARE)
+		// and takes it along. The repost was made (its event too), and
+		// the answer says so.
 		t.Parallel()
 		db, plain, hook := setupHooked(t)
 		ctx := t.Context()
 		original, _, err := plain.CreatePost(ctx, author, "original", "")
 		require.NoError(t, err)
-		var deleted []int64
+		type deletion struct {
+			reposts []int64
+			err     error
+		}
+		deleted := make(chan deletion, 1)
 		hook.marker, hook.then = "INSERT INTO posts (author_id, body, repost_of)", func() {
-			deleted, err = plain.DeletePostAndReposts(context.Background(), original.ID, author)
-			require.NoError(t, err)
+			go func() {
+				reposts, err := plain.DeletePostAndReposts(context.Background(), original.ID, author)
+				deleted <- deletion{reposts, err}
+			}()
 		}
 		repost, created, err := db.CreateRepost(ctx, reposter, original.ID)
 		require.NoError(t, err, "the repost was made before the delete")
 		require.True(t, created)
-		require.Equal(t, []int64{repost.ID}, deleted, "the delete took the repost along")
+		d := <-deleted
+		require.NoError(t, d.err)
+		require.Equal(t, []int64{repost.ID}, d.reposts, "the delete took the repost along")
 		require.Equal(t, int64(reposter), repost.AuthorID)
 		require.NotNil(t, repost.RepostOf)
 		require.Equal(t, original.ID, repost.RepostOf.ID)
@@ -107,3 +118,50 @@ func (f tracerFunc) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, data pgx.Tra
 }
 
 type sqlKey struct{}
+
+// TestCreateRepostWaitsForAMuteInFlight: a mute of the original's author
+// that has begun (it took the next version of the reposter's graph) and
+// not committed makes the repost wait, and then refuse: no repost commits
+// after a mute it did not see.
+func TestCreateRepostWaitsForAMuteInFlight(t *testing.T) {
+	t.Parallel()
+	const author, reposter = 1, 2
+	url := testenv.NewDatabaseURL(t)
+	pool := testenv.Pool(t, url)
+	db := store.New(pool, nil)
+	ctx := t.Context()
+	original, _, err := db.CreatePost(ctx, author, "original", "")
+	require.NoError(t, err)
+
+	tx, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	_, err = tx.Exec(ctx, `INSERT INTO graph_versions (user_id, version) VALUES ($1, 1)
+ON CONFLICT (user_id) DO UPDATE SET version = graph_versions.version + 1`, reposter)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, `INSERT INTO mutes (user_id, muted_id) VALUES ($1, $2)`, reposter, author)
+	require.NoError(t, err)
+
+	type result struct {
+		created bool
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		_, created, err := db.CreateRepost(context.Background(), reposter, original.ID)
+		done <- result{created, err}
+	}()
+	// It waits on the mute's lock (else it answers: a failure below).
+	for waiting := 0; waiting == 0; {
+		select {
+		case r := <-done:
+			t.Fatalf("the repost answered (created %v, %v) while the mute was in flight", r.created, r.err)
+		default:
+		}
+		require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting))
+	}
+	require.NoError(t, tx.Commit(ctx))
+	r := <-done
+	require.ErrorIs(t, r.err, domain.ErrNotFound, "the mute committed first")
+}
