@@ -69,6 +69,15 @@ const (
 	holdGraphLockSQL = `SELECT version FROM graph_versions WHERE user_id = $1 FOR SHARE`
 )
 
+// holdPostsSQL holds the post $1 and its original FOR SHARE in the order a
+// delete locks them — the original (the lower id) first, then its reposts
+// — so that a repost of a repost and the delete of its original never wait
+// for each other. (A post's repost_of never changes: it is read unlocked.)
+const holdPostsSQL = `
+SELECT id FROM posts
+WHERE id IN ((SELECT COALESCE(repost_of, id) FROM posts WHERE id = $1), $1)
+ORDER BY id FOR SHARE`
+
 // CreateRepost reposts the post postID on behalf of userID — its original,
 // when postID is a repost — and returns the repost, with created false
 // when userID had reposted the original already (nothing is written then).
@@ -106,6 +115,9 @@ func repostIn(ctx context.Context, tx pgx.Tx, userID, postID int64) (post domain
 		return post, false, false, err
 	}
 	if _, err := tx.Exec(ctx, holdGraphLockSQL, userID); err != nil {
+		return post, false, false, err
+	}
+	if _, err := tx.Exec(ctx, holdPostsSQL, postID); err != nil {
 		return post, false, false, err
 	}
 	post, err = scanPost(tx.QueryRow(ctx, createRepostSQL, userID, postID, traceparent.From(ctx)))

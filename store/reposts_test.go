@@ -165,3 +165,55 @@ WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&waiting)
 	r := <-done
 	require.ErrorIs(t, r.err, domain.ErrNotFound, "the mute committed first")
 }
+
+// TestRepostOfARepostRacingTheOriginalsDelete: the delete of an original
+// locks it, then its reposts; a repost of one of those reposts must lock
+// them in the same order, or the two wait for each other (PostgreSQL
+// breaks the deadlock by failing one: a 503). Another transaction holding
+// the repost FOR SHARE (someone else reposting it) lines the two up.
+func TestRepostOfARepostRacingTheOriginalsDelete(t *testing.T) {
+	t.Parallel()
+	const author, reposter, other = 1, 2, 3
+	pool := testenv.Pool(t, testenv.NewDatabaseURL(t))
+	db := store.New(pool, nil)
+	ctx := t.Context()
+	original, _, err := db.CreatePost(ctx, author, "original", "")
+	require.NoError(t, err)
+	repost, _, err := db.CreateRepost(ctx, reposter, original.ID)
+	require.NoError(t, err)
+
+	holder, err := pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = holder.Rollback(ctx) }()
+	_, err = holder.Exec(ctx, `SELECT id FROM posts WHERE id = $1 FOR SHARE`, repost.ID)
+	require.NoError(t, err)
+	waiting := func(n int) {
+		t.Helper()
+		for got := 0; got < n; {
+			require.NoError(t, pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&got))
+		}
+	}
+
+	type deletion struct {
+		reposts []int64
+		err     error
+	}
+	deleted := make(chan deletion, 1)
+	go func() {
+		reposts, err := db.DeletePostAndReposts(context.Background(), original.ID, author)
+		deleted <- deletion{reposts, err}
+	}()
+	waiting(1) // the delete holds the original and waits for the repost
+	reposted := make(chan error, 1)
+	go func() {
+		_, _, err := db.CreateRepost(context.Background(), other, repost.ID)
+		reposted <- err
+	}()
+	waiting(2)
+	require.NoError(t, holder.Commit(ctx))
+	d := <-deleted
+	require.NoError(t, d.err)
+	require.Equal(t, []int64{repost.ID}, d.reposts)
+	require.ErrorIs(t, <-reposted, domain.ErrNotFound, "the delete came first; no deadlock")
+}
