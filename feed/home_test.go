@@ -324,3 +324,31 @@ func TestDeleteAfterAPostDuringARead(t *testing.T) {
 	require.NotEmpty(t, ids, "before the new post: the old one; after the delete: the new one; never neither")
 	require.Equal(t, []int64{fresh}, b.readAll(t, 10, 20))
 }
+
+// TestHydrationAtOneMoment: the cache has one post of a page and lacks
+// another; the first is deleted, then the second, before PostgreSQL is
+// asked for the second. The page must not show the first without the
+// second: the first was deleted before (a reviewer's probe).
+func TestHydrationAtOneMoment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ph *postsByIDHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
+	older := b.post(t, 10)
+	newer := b.post(t, 10)
+	require.Equal(t, []int64{newer, older}, b.readAll(t, 10, 20), "both cached")
+	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(older, 10)).Err(), "the older one not")
+	ph.once = sync.Once{}
+	ph.hook = func() {
+		for _, id := range []int64{newer, older} { // the cached one first
+			require.NoError(t, b.db.DeletePost(ctx, id, 10))
+		}
+	}
+	page, err := b.feeds.Read(ctx, 10, 0, 20)
+	require.NoError(t, err)
+	var ids []int64
+	for _, p := range page.Posts {
+		ids = append(ids, p.ID)
+	}
+	require.Empty(t, ids, "both deleted as PostgreSQL answered; no moment held %d without %d", newer, older)
+}

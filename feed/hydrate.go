@@ -1,11 +1,9 @@
 package feed
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -46,7 +44,12 @@ func (f *Feeds) MarkDeleting(ctx context.Context, postID int64) (undo func(), er
 const deleteMarkTTL = 10 * time.Second
 
 // hydrate turns post ids into posts, in the same order, dropping deleted
-// ones: one round trip to the post cache, and one to PostgreSQL for misses.
+// ones: one round trip to the post cache, and one to PostgreSQL when it
+// misses any. The cache's answers are of one moment and PostgreSQL's of a
+// later one: a post the cache had, deleted before one it lacked, would
+// show beside the gap of the other — a page of no moment. So PostgreSQL,
+// when asked, is asked for every post the cache did not say is deleted,
+// and the page is as of its answer.
 func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error) {
 	if len(ids) == 0 {
 		return nil, nil
@@ -63,36 +66,36 @@ func (f *Feeds) hydrate(ctx context.Context, ids []int64) ([]domain.Post, error)
 	}
 	found := make(map[int64]domain.Post, len(ids))
 	dead := make(map[int64]bool)
-	var missing []int64
-	cachedReposts := make(map[int64]int64) // repost id → its original's
+	var missing, alive []int64 // alive: what the cache did not say is deleted
 	for i, c := range cmds {
 		raw, err := c.Bytes()
 		switch {
 		case err == nil && string(raw) == tombstone:
 			dead[ids[i]] = true
+			continue
 		case err != nil || len(raw) == 0 || raw[0] != '{':
 			missing = append(missing, ids[i])
 		default:
 			found[ids[i]] = domain.Post{ID: ids[i], JSON: raw}
-			if original := originalOf(raw); original != 0 {
-				cachedReposts[ids[i]] = original
-			}
 		}
-	}
-	if len(cachedReposts) > 0 {
-		if err := f.dropOrphans(ctx, cachedReposts, dead); err != nil {
-			return nil, err
-		}
+		alive = append(alive, ids[i])
 	}
 	if len(missing) > 0 {
-		posts, err := f.store.PostsByID(ctx, missing)
+		posts, err := f.store.PostsByID(ctx, alive)
 		if err != nil {
 			return nil, fmt.Errorf("hydrate posts: %w", err)
 		}
+		clear(found)
 		for _, p := range posts {
 			found[p.ID] = p
 		}
-		f.cachePosts(ctx, posts, missing, found)
+		fetched := make([]domain.Post, 0, len(missing))
+		for _, id := range missing {
+			if p, ok := found[id]; ok {
+				fetched = append(fetched, p)
+			}
+		}
+		f.cachePosts(ctx, fetched, missing, found)
 	}
 	out := make([]domain.Post, 0, len(ids))
 	for _, id := range ids {
@@ -128,65 +131,4 @@ func (f *Feeds) cachePosts(ctx context.Context, posts []domain.Post, wanted []in
 	if err != nil && ctx.Err() == nil {
 		logctx.From(ctx, f.log).Warn("post cache write failed", zap.Error(err))
 	}
-}
-
-// dropOrphans marks dead the cached reposts (repost id → original id)
-// whose original is gone. A delete takes an original's reposts with it in
-// one transaction, but their tombstones are cached one post at a time
-// after it (and on a cluster, on other nodes): between the two, the
-// repost's cache entry still says it lives. So a cached repost lives while
-// its original's cache entry says the original does; when that entry is a
-// tombstone it is dead; when it is a delete in flight or missing,
-// PostgreSQL tells. One more round trip, on pages that hold reposts.
-func (f *Feeds) dropOrphans(ctx context.Context, reposts map[int64]int64, dead map[int64]bool) error {
-	originals := make(map[int64]*redis.StringCmd, len(reposts))
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, original := range reposts {
-			if originals[original] == nil {
-				originals[original] = p.Get(ctx, f.keys.post(original))
-			}
-		}
-		return nil
-	})
-	if err != nil && !isNil(err) {
-		return fmt.Errorf("hydrate reposts: %w", err)
-	}
-	var ask []int64
-	for repost, original := range reposts {
-		raw, err := originals[original].Bytes()
-		switch {
-		case err == nil && string(raw) == tombstone:
-			dead[repost] = true
-		case err != nil || len(raw) == 0 || raw[0] != '{':
-			ask = append(ask, repost)
-		}
-	}
-	if len(ask) == 0 {
-		return nil
-	}
-	alive, err := f.store.PostsByID(ctx, ask)
-	if err != nil {
-		return fmt.Errorf("hydrate reposts: %w", err)
-	}
-	for _, id := range ask {
-		dead[id] = !slices.ContainsFunc(alive, func(p domain.Post) bool { return p.ID == id })
-	}
-	return nil
-}
-
-// originalOf returns the id of the post a cached post reposts, 0 for a
-// post that is no repost.
-func originalOf(raw []byte) int64 {
-	if !bytes.Contains(raw, repostKey) {
-		return 0
-	}
-	var p struct {
-		RepostOf *struct {
-			ID int64 `json:"id"`
-		} `json:"repost_of"`
-	}
-	if json.Unmarshal(raw, &p) != nil || p.RepostOf == nil {
-		return 0
-	}
-	return p.RepostOf.ID
 }
