@@ -352,3 +352,82 @@ func TestHydrationAtOneMoment(t *testing.T) {
 	}
 	require.Empty(t, ids, "both deleted as PostgreSQL answered; no moment held %d without %d", newer, older)
 }
+
+// TestUnfollowBetweenRoundsOfAPage: a page's first round loses entries (a
+// muted author's) and reads on; an unfollow is applied between its rounds.
+// The page must be the feed before the unfollow or after it, not its first
+// round from before and the rest from after (a reviewer's probe).
+func TestUnfollowBetweenRoundsOfAPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ph *postsByIDHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	p1, p2 := b.post(t, 1), b.post(t, 1)
+	b.post(t, 2)
+	b.post(t, 2)
+	p3 := b.post(t, 1)
+	require.Len(t, b.readAll(t, 10, 20), 5)
+	muted, err := b.db.Mute(ctx, 10, 2)
+	require.NoError(t, err)
+	b.applyHides(t, muted)
+	require.Equal(t, []int64{p3, p2, p1}, b.readAll(t, 10, 20))
+	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(p3, 10)).Err(), "the first round asks PostgreSQL")
+	ph.once = sync.Once{}
+	ph.hook = func() {
+		_, err := b.db.Unfollow(ctx, 10, 1)
+		require.NoError(t, err)
+		require.NoError(t, applyUnfollowState(ctx, b.db, b.feeds, 10, 1))
+	}
+	page, err := b.feeds.Read(ctx, 10, 0, 1)
+	require.NoError(t, err)
+	if len(page.Posts) > 0 {
+		require.Equal(t, p3, page.Posts[0].ID)
+		require.NotZero(t, page.Next, "before the unfollow, %d and %d come next", p2, p1)
+	}
+	require.Empty(t, b.readAll(t, 10, 20), "after it")
+}
+
+// TestPushAndDeleteBetweenRoundsOfAPage: a page's first round loses
+// entries and reads on; between its rounds a post is pushed above it and
+// then an older one is deleted, which the second round leaves out. The
+// page must not join the first round's moment (before the push) to the
+// second's (after the delete) (a reviewer's probe).
+func TestPushAndDeleteBetweenRoundsOfAPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	var ph *postsByIDHook
+	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
+	b.follow(t, 10, 1)
+	b.follow(t, 10, 2)
+	p1, p2 := b.post(t, 1), b.post(t, 1)
+	b.post(t, 2)
+	b.post(t, 2)
+	p3 := b.post(t, 1)
+	require.Len(t, b.readAll(t, 10, 20), 5)
+	muted, err := b.db.Mute(ctx, 10, 2)
+	require.NoError(t, err)
+	b.applyHides(t, muted)
+	require.Equal(t, []int64{p3, p2, p1}, b.readAll(t, 10, 20))
+	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(p3, 10)).Err(), "the first round asks PostgreSQL")
+	var p4 int64
+	ph.once = sync.Once{}
+	ph.hook = func() {
+		p4 = b.post(t, 1)
+		b.push(t, domain.Entry{PostID: p4, AuthorID: 1}, 10)
+		undo, err := b.feeds.MarkDeleting(ctx, p2)
+		require.NoError(t, err)
+		defer undo()
+		require.NoError(t, b.db.DeletePost(ctx, p2, 1))
+		require.NoError(t, b.feeds.ForgetPost(ctx, p2))
+	}
+	page, err := b.feeds.Read(ctx, 10, 0, 2)
+	require.NoError(t, err)
+	var ids []int64
+	for _, p := range page.Posts {
+		ids = append(ids, p.ID)
+	}
+	require.Contains(t, [][]int64{{p3, p2}, {p4, p3}}, ids, "before the push, or after the delete")
+	require.Equal(t, []int64{p4, p3, p1}, b.readAll(t, 10, 20))
+}

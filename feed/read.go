@@ -39,6 +39,7 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 	posts := make([]domain.Post, 0, want)
 	r := &feedReader{f: f, user: userID}
 	lost := 0 // what the last round read and did not keep
+	deleted := false
 	for cursor := before; len(posts) < want; {
 		n := want - len(posts)
 		if lost > 0 {
@@ -47,9 +48,16 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 			// that a filtered page takes fewer rounds (extra posts are cut).
 			n *= 2
 		}
-		ids, floor, kept, err := r.round(ctx, cursor, n)
-		lost = len(ids) - len(kept)
-		posts = append(posts, kept...)
+		res, err := r.round(ctx, cursor, n)
+		ids, floor := res.ids, res.floor
+		lost = len(ids) - len(res.kept)
+		posts = append(posts, res.kept...)
+		if err == nil && (deleted || res.deleted) && cursor != before {
+			// Each round is at one moment, but not the same: one that saw
+			// a delete would join another of before it.
+			err = errFromPostgres
+		}
+		deleted = deleted || res.deleted
 		if errors.Is(err, errFromPostgres) {
 			floor = cursor // nothing sure in Redis below the cursor
 		} else if err != nil {
@@ -88,32 +96,45 @@ func (f *Feeds) Read(ctx context.Context, userID, before int64, limit int) (doma
 // delete's too). So when a round drops a post as deleted, the sources are
 // read again: unchanged, the page is the feed as of the hydration; moved,
 // the round is read again, up to roundTries times, and then the page comes
-// from PostgreSQL.
-func (r *feedReader) round(ctx context.Context, before int64, n int) (ids []int64, floor int64, kept []domain.Post, err error) {
+// from PostgreSQL. What the accepted try left out is counted.
+func (r *feedReader) round(ctx context.Context, before int64, n int) (res roundResult, err error) {
 	for range roundTries {
-		if ids, floor, err = r.next(ctx, before, n); err != nil {
-			return nil, 0, nil, err
+		if res.ids, res.floor, err = r.next(ctx, before, n); err != nil {
+			return roundResult{}, err
 		}
-		if kept, err = r.f.hydrate(ctx, ids); err != nil {
-			return nil, 0, nil, err
+		if res.kept, err = r.f.hydrate(ctx, res.ids); err != nil {
+			return roundResult{}, err
 		}
-		deleted := len(ids) - len(kept)
-		var gone int
-		if kept, gone, err = r.f.shown(ctx, r, kept); err != nil {
-			return nil, 0, nil, err
+		deleted := len(res.ids) - len(res.kept)
+		var left leftOut
+		if res.kept, left, err = r.f.shown(ctx, r, res.kept); err != nil {
+			return roundResult{}, err
 		}
-		if deleted+gone == 0 || floor > 0 { // floor: the page comes from PostgreSQL anyway
-			return ids, floor, kept, nil
+		res.deleted = deleted+left.deleted > 0
+		settled := !res.deleted || res.floor > 0 // floor: the page comes from PostgreSQL anyway
+		if !settled {
+			again, againFloor, err := r.next(ctx, before, n)
+			if err != nil {
+				return roundResult{}, err
+			}
+			settled = againFloor == res.floor && slices.Equal(again, res.ids)
 		}
-		again, againFloor, err := r.next(ctx, before, n)
-		if err != nil {
-			return nil, 0, nil, err
-		}
-		if againFloor == floor && slices.Equal(again, ids) {
-			return ids, floor, kept, nil
+		if settled {
+			r.f.metrics.filtered(reasonHidden, left.hidden)
+			r.f.metrics.filtered(reasonRepeat, left.repeats)
+			return res, nil
 		}
 	}
-	return nil, 0, nil, errFromPostgres
+	return roundResult{}, errFromPostgres
+}
+
+// roundResult is what a round read (ids, and the floor next gave them) and
+// kept, and whether it left out a post as deleted.
+type roundResult struct {
+	ids     []int64
+	floor   int64
+	kept    []domain.Post
+	deleted bool
 }
 
 // roundTries bounds how often a round whose sources moved while it read
@@ -177,7 +198,7 @@ func (r *feedReader) next(ctx context.Context, before int64, n int) (ids []int64
 		keys = append(keys, f.keys.timelineSet(c))
 	}
 	if sets == nil {
-		if sets, _, err = f.readSets(ctx, r.user, keys, before, n, false); err != nil {
+		if sets, err = r.readSets(ctx, keys, before, n); err != nil {
 			return nil, 0, err
 		}
 	}
@@ -245,6 +266,21 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 	return sets, nil
 }
 
+// readSets is Feeds.readSets for a page's later reads: the following hash
+// must be at the version the page opened with, or the page would show one
+// graph above and another below (an unfollow applied between two rounds);
+// if it moved, the page comes from PostgreSQL.
+func (r *feedReader) readSets(ctx context.Context, keys []setKeys, before int64, n int) ([]sourceSet, error) {
+	sets, meta, err := r.f.readSets(ctx, r.user, keys, before, n, false)
+	if err != nil {
+		return nil, err
+	}
+	if meta.followingVersion != r.version {
+		return nil, errFromPostgres
+	}
+	return sets, nil
+}
+
 // rebuildMissing rebuilds the sources that are not complete, all at once,
 // and reads them again.
 func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []sourceSet, before int64, n int) ([]sourceSet, error) {
@@ -269,7 +305,7 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	sets, _, err := f.readSets(ctx, r.user, keys, before, n, false)
+	sets, err := r.readSets(ctx, keys, before, n)
 	if err != nil {
 		return nil, err
 	}

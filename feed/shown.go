@@ -25,12 +25,12 @@ import (
 // the reader's feed shows. A page of posts without reposts, read by a
 // reader who hides nobody — the common case — costs a byte search a post;
 // reposts that remain cost one PostgreSQL query a page (Repeats), which
-// also drops what was deleted since the post cache gave the page.
-func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (kept []domain.Post, deleted int, err error) {
+// also drops what was deleted since the post cache gave the page. It
+// says what it left out, and why (the caller counts it, once).
+func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (kept []domain.Post, left leftOut, err error) {
 	hides := r.hides
 	var reposts []int64
 	out := posts[:0]
-	hidden := 0
 	for _, p := range posts {
 		if len(hides) == 0 && p.JSON != nil && !bytes.Contains(p.JSON, repostKey) {
 			out = append(out, p) // neither hidden nor a repost: no need to decode it
@@ -42,7 +42,7 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 			continue
 		}
 		if len(hides) > 0 && (isHidden(hides, author) || original != 0 && isHidden(hides, original)) {
-			hidden++
+			left.hidden++
 			continue
 		}
 		if original != 0 {
@@ -50,9 +50,8 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 		}
 		out = append(out, p)
 	}
-	f.metrics.filtered(reasonHidden, hidden)
 	if len(reposts) == 0 {
-		return out, 0, nil
+		return out, left, nil
 	}
 	page := make([]int64, len(out))
 	for i, p := range out {
@@ -60,7 +59,7 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	}
 	repeats, gone, err := f.store.Repeats(ctx, r.user, hides, page)
 	if err != nil {
-		return nil, 0, fmt.Errorf("filter feed: %w", err)
+		return nil, left, fmt.Errorf("filter feed: %w", err)
 	}
 	// Repeats read the graph in PostgreSQL after Redis gave the page: a
 	// follow, an unfollow, a mute or a block between the two would be
@@ -69,7 +68,7 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	// its commit until its application bumps the hash's version: unless
 	// both are as the page found them, the page comes from PostgreSQL.
 	if same, err := f.graphUnchanged(ctx, r); err != nil || !same {
-		return nil, 0, cmp.Or(err, errFromPostgres)
+		return nil, left, cmp.Or(err, errFromPostgres)
 	}
 	// Which entry of an original shows depends on what is deleted: the
 	// page is kept as Repeats found it, without what was deleted since the
@@ -81,8 +80,15 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 			kept = append(kept, p)
 		}
 	}
-	f.metrics.filtered(reasonRepeat, len(repeats))
-	return kept, len(gone), nil
+	left.repeats, left.deleted = len(repeats), len(gone)
+	return kept, left, nil
+}
+
+// leftOut counts what a round read and does not show, by why.
+type leftOut struct {
+	hidden  int // its author, or its original's, hidden by the reader
+	repeats int // its original shows through an earlier entry
+	deleted int // deleted since the post cache gave it (Repeats)
 }
 
 // repostKey is in a post's JSON only as the key of a repost's original: in
