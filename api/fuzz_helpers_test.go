@@ -272,9 +272,9 @@ var fuzzRedisReads = map[string]bool{
 
 // fuzzRedisWrites is a hook that counts the commands a client sends that
 // may write (unknown ones and scripts among them). The mark a request sets
-// on its user's feed while its change is in flight (graphmark), and takes
-// away before it answers, is counted apart: marks is how many were set and
-// not taken away.
+// on its user's feed while its change is in flight (changes:{id}), and
+// takes away before it answers, is counted apart: marks is how many were
+// set and not taken away.
 type fuzzRedisWrites struct {
 	mu    sync.Mutex
 	n     int64
@@ -300,27 +300,24 @@ func (w *fuzzRedisWrites) saw(cmds ...redis.Cmder) {
 	}
 }
 
-// fuzzGraphMark tells whether c is a command on a graph mark, and what it
-// does to the marks set: 1 sets one, -1 takes one away, 0 (its expiry)
+// fuzzGraphMark tells whether c is a command on the graph marks, and what
+// it does to the marks set: 1 sets one, -1 takes one away, 0 (expiries)
 // neither.
 func fuzzGraphMark(c redis.Cmder) (delta int64, ok bool) {
 	args := c.Args()
-	isMark := func(i int) bool {
-		if len(args) <= i {
-			return false
-		}
-		key, ok := args[i].(string)
-		return ok && strings.Contains(key, ":graphmark:")
+	if len(args) < 2 {
+		return 0, false
 	}
-	switch name := c.Name(); {
-	case name == "incr" && isMark(1):
+	if key, _ := args[1].(string); !strings.Contains(key, ":changes:") {
+		return 0, false
+	}
+	switch c.Name() {
+	case "zadd":
 		return 1, true
-	case name == "pexpire" && isMark(1):
-		return 0, true
-	case (name == "evalsha" || name == "eval") && len(args) == 4 && isMark(3): // unmarkGraphScript
+	case "zrem":
 		return -1, true
 	}
-	return 0, false
+	return 0, true // zremrangebyscore, pexpire
 }
 
 func (w *fuzzRedisWrites) count() (int64, []string) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -45,22 +46,28 @@ func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int
 	return added, true, nil
 }
 
-// MarkGraphChange marks, for a moment, a change of userID's graph in
-// flight (a follow, an unfollow), before it commits. From its commit to its
-// application in Redis, PostgreSQL shows the change and Redis does not yet
-// (or, for a follow, only in part: fan-outs that read their pages of
-// followers after the commit push the followee's new posts into the feed
-// before its older ones are merged). While the mark stands, reads take
-// their pages from PostgreSQL — one snapshot each, never older than the
-// one before — so that no read shows a change half done, or undone after a
-// read showed it. Call unmark once the change is applied; a change whose
-// application failed leaves its mark to expire (graphMarkTTL), and reads
-// meanwhile come from PostgreSQL, which has it. An error (Redis down) leaves
+// MarkGraphChange marks, for a moment, a change of userID's feed in
+// flight, before it commits: a follow, an unfollow, a mute, a block, or a
+// post or repost of theirs. From its commit to its application in Redis,
+// PostgreSQL shows the change and Redis does not yet (or, for a follow,
+// only in part: fan-outs that read their pages of followers after the
+// commit push the followee's new posts into the feed before its older ones
+// are merged). While a mark stands, reads take their pages from PostgreSQL
+// — one snapshot each, never older than the one before — so that no read
+// shows a change half done, or undone after a read showed it. Call unmark
+// once the change is applied; a change whose application failed leaves its
+// mark to expire (graphMarkTTL), and reads meanwhile come from PostgreSQL,
+// which has it. Each change has a mark of its own, in a sorted set scored
+// by when it expires, so that a mark left behind expires on time however
+// often the user changes things after it. An error (Redis down) leaves
 // nothing to undo.
 func (f *Feeds) MarkGraphChange(ctx context.Context, userID int64) (unmark func(), err error) {
-	key := f.keys.graphMark(userID)
+	key := f.keys.graphMarks(userID)
+	token := strconv.FormatUint(rand.Uint64(), 36)
+	now := time.Now()
 	_, err = f.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
-		p.Incr(ctx, key)
+		p.ZRemRangeByScore(ctx, key, "-inf", strconv.FormatInt(now.UnixMilli(), 10)) // marks left behind
+		p.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(graphMarkTTL).UnixMilli()), Member: token})
 		p.PExpire(ctx, key, graphMarkTTL)
 		return nil
 	})
@@ -70,13 +77,19 @@ func (f *Feeds) MarkGraphChange(ctx context.Context, userID int64) (unmark func(
 	return func() {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		defer cancel()
-		_ = unmarkGraphScript.Run(ctx, f.rdb, []string{key}).Err() // it expires anyway
+		_ = f.rdb.ZRem(ctx, key, token).Err() // it expires anyway
 	}, nil
 }
 
-// graphMarkTTL bounds a graph change's mark: longer than any request lasts
-// and than the change's event usually takes to apply it after a failure.
+// graphMarkTTL bounds a change's mark: longer than any request lasts and
+// than the change's event usually takes to apply it after a failure.
 const graphMarkTTL = 10 * time.Second
+
+// markedNow reads, in a pipeline, whether any change of userID's is in
+// flight: a mark that has not expired (MarkGraphChange).
+func (f *Feeds) markedNow(ctx context.Context, p redis.Pipeliner, userID int64) *redis.IntCmd {
+	return p.ZCount(ctx, f.keys.graphMarks(userID), strconv.FormatInt(time.Now().UnixMilli(), 10), "+inf")
+}
 
 // errStale says that Redis holds a newer follow state than the one applied.
 var errStale = errors.New("a newer follow state is applied")

@@ -5,7 +5,9 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
 	"github.com/newsfeed/newsfeed/domain"
@@ -207,7 +209,7 @@ func TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce(t *testing.T) {
 		require.Equal(t, []int64{tc.want}, ids, "%s: one entry of the original (r1=%d r2=%d)", tc.name, r1, r2)
 		rh.hook = nil
 		b.applyHides(t, ch)
-		require.NoError(t, b.rdb.Del(ctx, b.prefix+"graphmark:{10}").Err())
+		require.NoError(t, b.rdb.Del(ctx, b.prefix+"changes:{10}").Err())
 		require.Equal(t, []int64{tc.want}, b.readAll(t, 10, 20), "%s, applied", tc.name)
 	}
 }
@@ -430,4 +432,31 @@ func TestPushAndDeleteBetweenRoundsOfAPage(t *testing.T) {
 	}
 	require.Contains(t, [][]int64{{p3, p2}, {p4, p3}}, ids, "before the push, or after the delete")
 	require.Equal(t, []int64{p4, p3, p1}, b.readAll(t, 10, 20))
+}
+
+// TestAMarkLeftBehindExpiresOnTime: a change whose mark was never taken
+// away (its push failed, its request timed out) sends its reader's reads
+// to PostgreSQL until its own expiry, not for as long as the reader goes
+// on changing things (each change has its own mark).
+func TestAMarkLeftBehindExpiresOnTime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, feed.Config{})
+	p := b.post(t, 10)
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20))
+	key := b.prefix + "changes:{10}"
+	require.NoError(t, b.rdb.ZAdd(ctx, key, redis.Z{Score: float64(time.Now().Add(-time.Millisecond).UnixMilli()), Member: "left"}).Err(),
+		"a mark left behind, expired just now")
+	unmark, err := b.feeds.MarkGraphChange(ctx, 10)
+	require.NoError(t, err)
+	reads := b.store.reads.Load()
+	b.readAll(t, 10, 20)
+	require.Greater(t, b.store.reads.Load(), reads, "a change in flight: PostgreSQL")
+	unmark()
+	reads = b.store.reads.Load()
+	require.Equal(t, []int64{p}, b.readAll(t, 10, 20))
+	require.Equal(t, reads, b.store.reads.Load(), "the expired mark does not count: Redis")
+	n, err := b.rdb.ZCard(ctx, key).Result()
+	require.NoError(t, err)
+	require.Zero(t, n, "and the next mark took it out")
 }

@@ -142,9 +142,9 @@ func followed(field string, value any) bool {
 	return err == nil && n > 0
 }
 
-// graphMark counts the reader's graph changes in flight (see
-// Feeds.MarkGraphChange).
-func (k keys) graphMark(userID int64) string { return k.tagged("graphmark", userID) }
+// graphMarks holds the reader's changes in flight, each with when its mark
+// expires (see Feeds.MarkGraphChange).
+func (k keys) graphMarks(userID int64) string { return k.tagged("changes", userID) }
 
 func (k keys) rebuildLock(userID int64) string { return k.tagged("feedlock", userID) }
 

@@ -328,7 +328,8 @@ func (r *feedReader) rebuildMissing(ctx context.Context, keys []setKeys, sets []
 func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before int64, n int, withMeta bool) ([]sourceSet, readMeta, error) {
 	reads := make([]setRead, len(keys))
 	var following *redis.SliceCmd
-	var celebs, graphMark *redis.StringCmd
+	var celebs *redis.StringCmd
+	var marked *redis.IntCmd
 	var pulledCount *redis.IntCmd
 	var pulledComplete *redis.BoolCmd
 	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
@@ -336,7 +337,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 			reads[i] = readSet(ctx, p, key, before, n, f.cfg.ActiveTTL) // a read keeps the feed
 		}
 		following = p.HMGet(ctx, f.keys.following(user), versionField, mergesField, hidesField)
-		graphMark = p.Get(ctx, f.keys.graphMark(user))
+		marked = f.markedNow(ctx, p, user)
 		if withMeta && f.cfg.CelebrityThreshold > 0 {
 			celebs = p.Get(ctx, f.keys.celebrities(user))
 			pulledCount = p.SCard(ctx, f.keys.pulled())
@@ -352,7 +353,7 @@ func (f *Feeds) readSets(ctx context.Context, user int64, keys []setKeys, before
 	// changes in flight (MarkGraphChange): while one is, the feed may show
 	// a change half applied, or not yet, and the page comes from
 	// PostgreSQL.
-	if n, _ := graphMark.Int(); n > 0 {
+	if marked.Val() > 0 {
 		return nil, readMeta{}, errFromPostgres
 	}
 	var version string

@@ -43,7 +43,6 @@ var (
 	finishRebuildScript  = script("finish_rebuild", true)
 	abandonRebuildScript = script("abandon_rebuild", true)
 	readScript           = script("read", false)
-	unmarkGraphScript    = script("unmark_graph", false)
 	unlockScript         = script("unlock", false)
 	unmarkDeleteScript   = script("unlock", false) // the same: delete the key if it holds ARGV[1]
 )

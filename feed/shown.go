@@ -99,16 +99,16 @@ var repostKey = []byte(`"repost_of":`)
 // is still at the version their read opened with, with no change in flight.
 func (f *Feeds) graphUnchanged(ctx context.Context, r *feedReader) (bool, error) {
 	var hash *redis.SliceCmd
-	var mark *redis.StringCmd
+	var mark *redis.IntCmd
 	cmds, err := pipelinedReads(ctx, f.rdb, func(p redis.Pipeliner) error {
 		hash = p.HMGet(ctx, f.keys.following(r.user), versionField, mergesField, hidesField)
-		mark = p.Get(ctx, f.keys.graphMark(r.user))
+		mark = f.markedNow(ctx, p, r.user)
 		return nil
 	})
 	if err = failure(firstError(cmds, err)); err != nil {
 		return false, fmt.Errorf("filter feed: %w", err)
 	}
-	if n, _ := mark.Int(); n > 0 {
+	if mark.Val() > 0 {
 		return false, nil
 	}
 	v := hash.Val()
