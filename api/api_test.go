@@ -29,7 +29,7 @@ import (
 // publishers, dispatchers and workers behind the API, and feeds that
 // rebuild in goroutines; none of their goroutines may outlive the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
 }
 
 var testSecret = []byte("test-secret")

@@ -35,7 +35,7 @@ import (
 // The worker runs a goroutine per ticket and one per heartbeat; none may
 // outlive the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
 }
 
 // testBundle is what a worker test works with besides the worker.

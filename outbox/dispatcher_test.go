@@ -27,7 +27,7 @@ import (
 
 // The dispatcher runs a loop in a goroutine; none may outlive the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
 }
 
 // testBundle is what a dispatcher test works with besides the dispatcher.

@@ -23,7 +23,7 @@ import (
 
 // The store starts goroutines (Listen); none may outlive the tests.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, testenv.LeakOptions()...)
 }
 
 type testBundle struct {
