@@ -24,10 +24,10 @@ type Store interface {
 	// FeedGraph returns whom userID follows and hides, and the version of
 	// their graph it was read at.
 	FeedGraph(ctx context.Context, userID int64) (followees, hidden []int64, version int64, err error)
-	// Repeats returns, of page, the reposts userID's feed holds but does
-	// not show (an earlier entry of the same original shows, by the users
-	// the feed hides: hides), and the posts deleted by now.
-	Repeats(ctx context.Context, userID int64, hides, page []int64) (repeats, deleted map[int64]bool, err error)
+	// Repeats returns, of reposts, those userID's feed holds but does not
+	// show (an earlier entry of the same original shows, by the users the
+	// feed hides: hides), and of page, the posts deleted by now.
+	Repeats(ctx context.Context, userID int64, hides, reposts, page []int64) (repeats, deleted map[int64]bool, err error)
 	// AuthorPostIDsSince returns the author's live post ids >= since, newest
 	// first, at most limit.
 	AuthorPostIDsSince(ctx context.Context, authorID, since int64, limit int) ([]int64, error)

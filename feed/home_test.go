@@ -158,13 +158,13 @@ type repeatsHook struct {
 	hook func()
 }
 
-func (s *repeatsHook) Repeats(ctx context.Context, user int64, hides, page []int64) (repeats, deleted map[int64]bool, err error) {
+func (s *repeatsHook) Repeats(ctx context.Context, user int64, hides, reposts, page []int64) (repeats, deleted map[int64]bool, err error) {
 	s.once.Do(func() {
 		if s.hook != nil {
 			s.hook()
 		}
 	})
-	return s.DB.Repeats(ctx, user, hides, page)
+	return s.DB.Repeats(ctx, user, hides, reposts, page)
 }
 
 // TestMuteBetweenRedisAndRepeatsShowsTheOriginalOnce: the page must be the

@@ -57,7 +57,7 @@ func (f *Feeds) shown(ctx context.Context, r *feedReader, posts []domain.Post) (
 	for i, p := range out {
 		page[i] = p.ID
 	}
-	repeats, gone, err := f.store.Repeats(ctx, r.user, hides, page)
+	repeats, gone, err := f.store.Repeats(ctx, r.user, hides, reposts, page)
 	if err != nil {
 		return nil, left, fmt.Errorf("filter feed: %w", err)
 	}

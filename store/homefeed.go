@@ -88,29 +88,32 @@ ORDER BY p.id DESC LIMIT $2`, userID, limit)
 const visibleEntrySQL = `e.deleted_at IS NULL AND e.author_id <> ALL($3::bigint[])
     AND (e.author_id = $1 OR EXISTS (SELECT 1 FROM follows f WHERE f.follower_id = $1 AND f.followee_id = e.author_id))`
 
-// Repeats returns, of page (post ids a Redis feed gave, reposts among
-// them), the reposts userID's home feed does not show although it holds
-// them — an earlier entry of the same original shows: the original itself,
-// or an earlier repost — by the users the reader hides as the caller read
-// them (its Redis feed's list) and whom the reader follows now; and the
+// Repeats returns, of reposts (the reposts of page, post ids a Redis feed
+// gave), those userID's home feed does not show although it holds them —
+// an earlier entry of the same original shows: the original itself, or an
+// earlier repost — by the users the reader hides as the caller read them
+// (its Redis feed's list) and whom the reader follows now; and of page, the
 // posts deleted by now. The caller read the page before this query: a
 // delete that committed between the two changes which entry of an
 // original shows (a deleted original takes its reposts with it), so the
 // page is kept as of this query, without what is deleted. One query a
 // page, and only for pages that hold reposts; kept simple, since it runs
 // on the read path (the caller checks the graph did not move meanwhile).
-func (db *DB) Repeats(ctx context.Context, userID int64, hides, page []int64) (repeats, deleted map[int64]bool, err error) {
+// The two halves are one statement, so one snapshot; the repeats' half
+// looks only at the reposts, since over a whole page PostgreSQL plans its
+// EXISTS as a hash of every live post.
+func (db *DB) Repeats(ctx context.Context, userID int64, hides, reposts, page []int64) (repeats, deleted map[int64]bool, err error) {
 	if hides == nil {
 		hides = []int64{}
 	}
 	rows, err := db.primary.Query(ctx, `
-SELECT p.id, p.deleted_at IS NOT NULL,
-       p.repost_of IS NOT NULL
-       AND (EXISTS (SELECT 1 FROM posts e WHERE e.id = p.repost_of AND `+visibleEntrySQL+`)
-            OR EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id AND `+visibleEntrySQL+`))
-FROM posts p
-WHERE p.id = ANY($2)`,
-		userID, page, hides)
+SELECT p.id, p.deleted_at IS NOT NULL, false FROM posts p WHERE p.id = ANY($4)
+UNION ALL
+SELECT p.id, false, true FROM posts p
+WHERE p.id = ANY($2) AND p.repost_of IS NOT NULL AND p.deleted_at IS NULL
+  AND (EXISTS (SELECT 1 FROM posts e WHERE e.id = p.repost_of AND `+visibleEntrySQL+`)
+       OR EXISTS (SELECT 1 FROM posts e WHERE e.repost_of = p.repost_of AND e.id < p.id AND `+visibleEntrySQL+`))`,
+		userID, reposts, hides, page)
 	if err != nil {
 		return nil, nil, fmt.Errorf("repeated reposts: %w", err)
 	}
@@ -125,11 +128,11 @@ WHERE p.id = ANY($2)`,
 		if err := rows.Scan(&id, &gone, &repeat); err != nil {
 			return nil, nil, fmt.Errorf("repeated reposts: %w", err)
 		}
-		if !gone {
-			delete(deleted, id)
-		}
-		if !gone && repeat {
+		switch {
+		case repeat:
 			repeats[id] = true
+		case !gone:
+			delete(deleted, id)
 		}
 	}
 	if err := rows.Err(); err != nil {

@@ -190,7 +190,8 @@ func TestFolloweePostsShowsEachOriginalOnce(t *testing.T) {
 	}
 	repeats := func() (repeats, deleted map[int64]bool) {
 		t.Helper()
-		repeats, deleted, err := db.Repeats(ctx, reader, nil, []int64{rb.ID, rc.ID, own.ID})
+		page := []int64{rb.ID, rc.ID, own.ID}
+		repeats, deleted, err := db.Repeats(ctx, reader, nil, page, page)
 		require.NoError(t, err)
 		return repeats, deleted
 	}
