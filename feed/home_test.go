@@ -355,21 +355,20 @@ func TestHydrationAtOneMoment(t *testing.T) {
 	require.Empty(t, ids, "both deleted as PostgreSQL answered; no moment held %d without %d", newer, older)
 }
 
-// TestUnfollowBetweenRoundsOfAPage: a page's first round loses entries (a
-// muted author's) and reads on; an unfollow is applied between its rounds.
-// The page must be the feed before the unfollow or after it, not its first
-// round from before and the rest from after (a reviewer's probe).
-func TestUnfollowBetweenRoundsOfAPage(t *testing.T) {
-	t.Parallel()
+// roundsFeed makes reader 10's feed: 1's posts p1, p2, p3 with two posts
+// of 2, whom 10 mutes, between p2 and p3; p3 is not in the post cache. A
+// page of one or two takes two rounds, and the first asks PostgreSQL for
+// p3: ph's hook runs between the rounds.
+func roundsFeed(t *testing.T) (b *bundle, ph *postsByIDHook, p1, p2, p3 int64) {
+	t.Helper()
 	ctx := context.Background()
-	var ph *postsByIDHook
-	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
+	b = setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
 	b.follow(t, 10, 1)
 	b.follow(t, 10, 2)
-	p1, p2 := b.post(t, 1), b.post(t, 1)
+	p1, p2 = b.post(t, 1), b.post(t, 1)
 	b.post(t, 2)
 	b.post(t, 2)
-	p3 := b.post(t, 1)
+	p3 = b.post(t, 1)
 	require.Len(t, b.readAll(t, 10, 20), 5)
 	muted, err := b.db.Mute(ctx, 10, 2)
 	require.NoError(t, err)
@@ -377,6 +376,17 @@ func TestUnfollowBetweenRoundsOfAPage(t *testing.T) {
 	require.Equal(t, []int64{p3, p2, p1}, b.readAll(t, 10, 20))
 	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(p3, 10)).Err(), "the first round asks PostgreSQL")
 	ph.once = sync.Once{}
+	return b, ph, p1, p2, p3
+}
+
+// TestUnfollowBetweenRoundsOfAPage: a page's first round loses entries (a
+// muted author's) and reads on; an unfollow is applied between its rounds.
+// The page must be the feed before the unfollow or after it, not its first
+// round from before and the rest from after (a reviewer's probe).
+func TestUnfollowBetweenRoundsOfAPage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b, ph, p1, p2, p3 := roundsFeed(t)
 	ph.hook = func() {
 		_, err := b.db.Unfollow(ctx, 10, 1)
 		require.NoError(t, err)
@@ -399,22 +409,8 @@ func TestUnfollowBetweenRoundsOfAPage(t *testing.T) {
 func TestPushAndDeleteBetweenRoundsOfAPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	var ph *postsByIDHook
-	b := setupOn(t, feed.Config{}, func(db *store.DB) feed.Store { ph = &postsByIDHook{DB: db}; return ph })
-	b.follow(t, 10, 1)
-	b.follow(t, 10, 2)
-	p1, p2 := b.post(t, 1), b.post(t, 1)
-	b.post(t, 2)
-	b.post(t, 2)
-	p3 := b.post(t, 1)
-	require.Len(t, b.readAll(t, 10, 20), 5)
-	muted, err := b.db.Mute(ctx, 10, 2)
-	require.NoError(t, err)
-	b.applyHides(t, muted)
-	require.Equal(t, []int64{p3, p2, p1}, b.readAll(t, 10, 20))
-	require.NoError(t, b.rdb.Del(ctx, b.prefix+"post:"+strconv.FormatInt(p3, 10)).Err(), "the first round asks PostgreSQL")
+	b, ph, p1, p2, p3 := roundsFeed(t)
 	var p4 int64
-	ph.once = sync.Once{}
 	ph.hook = func() {
 		p4 = b.post(t, 1)
 		b.push(t, domain.Entry{PostID: p4, AuthorID: 1}, 10)
