@@ -111,13 +111,12 @@ func (db *DB) CreateRepost(ctx context.Context, userID, postID int64) (domain.Po
 // repostIn is one try of CreateRepost in tx; retry says that the repost in
 // the way was deleted between its statements.
 func repostIn(ctx context.Context, tx pgx.Tx, userID, postID int64) (post domain.Post, created, retry bool, err error) {
-	if _, err := tx.Exec(ctx, holdGraphSQL, userID); err != nil {
-		return post, false, false, err
-	}
-	if _, err := tx.Exec(ctx, holdGraphLockSQL, userID); err != nil {
-		return post, false, false, err
-	}
-	if _, err := tx.Exec(ctx, holdPostsSQL, postID); err != nil {
+	// The holds in one round trip, in their order.
+	var holds pgx.Batch
+	holds.Queue(holdGraphSQL, userID)
+	holds.Queue(holdGraphLockSQL, userID)
+	holds.Queue(holdPostsSQL, postID)
+	if err := tx.SendBatch(ctx, &holds).Close(); err != nil {
 		return post, false, false, err
 	}
 	post, err = scanPost(tx.QueryRow(ctx, createRepostSQL, userID, postID, traceparent.From(ctx)))
