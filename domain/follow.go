@@ -24,6 +24,10 @@ type EdgeState struct {
 	Follower, Followee int64
 	Following          bool
 	Version            int64
+	// Followees is how many accounts Follower follows as of Version (0
+	// when the change did not say): a reader who follows many is read from
+	// PostgreSQL instead of being fanned out to (fanout.following_threshold).
+	Followees int64
 }
 
 // EdgeChange is a follow or an unfollow as PostgreSQL committed it: the

@@ -83,8 +83,9 @@ func (db *DB) Unfollow(ctx context.Context, follower, followee int64) (domain.Ed
 
 // changeEdge takes the follower's next graph version, then runs change (a
 // statement of its own, so that it sees every change of the same graph
-// committed while the first waited for the row lock), in one transaction
-// and one round trip: a batch is one implicit transaction.
+// committed while the first waited for the row lock) and counts whom the
+// follower follows now, in one transaction and one round trip: a batch is
+// one implicit transaction.
 func (db *DB) changeEdge(ctx context.Context, change string, follower, followee int64) (ch domain.EdgeChange, blocked bool, err error) {
 	ch = domain.EdgeChange{EdgeState: domain.EdgeState{Follower: follower, Followee: followee}}
 	b := &pgx.Batch{}
@@ -95,21 +96,28 @@ func (db *DB) changeEdge(ctx context.Context, change string, follower, followee 
 		ch.Changed = n == 1
 		return err
 	})
+	b.Queue(followeesSQL, follower).QueryRow(func(row pgx.Row) error { return row.Scan(&ch.Followees) })
 	if err := db.primary.SendBatch(ctx, b).Close(); err != nil {
 		return domain.EdgeChange{}, false, err
 	}
 	return ch, blocked, nil
 }
 
+// followeesSQL counts whom a user follows, by the index of their follows
+// (an index-only scan). Counted, not kept: a count kept beside the edges
+// would drift under a binary that does not keep it, during an upgrade.
+const followeesSQL = `SELECT count(*) FROM follows WHERE follower_id = $1`
+
 // FollowState returns whether follower follows followee now, with the
-// version of the follower's graph it was read at (one statement: one
-// snapshot).
+// version of the follower's graph it was read at and how many they follow
+// (one statement: one snapshot).
 func (db *DB) FollowState(ctx context.Context, follower, followee int64) (domain.EdgeState, error) {
 	st := domain.EdgeState{Follower: follower, Followee: followee}
 	err := db.primary.QueryRow(ctx, `
 SELECT COALESCE((SELECT version FROM graph_versions WHERE user_id = $1), 0),
-       EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2)`,
-		follower, followee).Scan(&st.Version, &st.Following)
+       EXISTS (SELECT 1 FROM follows WHERE follower_id = $1 AND followee_id = $2),
+       (`+followeesSQL+`)`,
+		follower, followee).Scan(&st.Version, &st.Following, &st.Followees)
 	if err != nil {
 		return st, fmt.Errorf("follow state: %w", err)
 	}

@@ -59,6 +59,31 @@ func TestFollow(t *testing.T) {
 		requireFollowEvents(t, bundle.pool, domain.FollowCreated, domain.FollowPayload{FollowerID: 1, FolloweeID: 2})
 	})
 
+	t.Run("EveryStateSaysHowManyTheFollowerFollows", func(t *testing.T) {
+		t.Parallel()
+		db, _ := setup(t)
+		ctx := t.Context()
+		for i, followee := range []int64{2, 3, 4} {
+			ch, err := db.Follow(ctx, 1, followee)
+			require.NoError(t, err)
+			require.EqualValues(t, i+1, ch.Followees)
+		}
+		again, err := db.Follow(ctx, 1, 3)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, again.Followees, "following twice counts once")
+		_, err = db.Follow(ctx, 9, 2)
+		require.NoError(t, err)
+		st, err := db.FollowState(ctx, 1, 2)
+		require.NoError(t, err)
+		require.EqualValues(t, 3, st.Followees, "another follower's follows do not count")
+		gone, err := db.Unfollow(ctx, 1, 2)
+		require.NoError(t, err)
+		require.EqualValues(t, 2, gone.Followees)
+		st, err = db.FollowState(ctx, 1, 2)
+		require.NoError(t, err)
+		require.Equal(t, domain.EdgeState{Follower: 1, Followee: 2, Version: gone.Version, Followees: 2}, st)
+	})
+
 	t.Run("FollowingTwiceChangesNothing", func(t *testing.T) {
 		t.Parallel()
 		db, bundle := setup(t)

@@ -208,7 +208,7 @@ INSERT INTO outbox (event_type, payload) SELECT 'follow.created', jsonb_build_ob
 		// next change of that graph takes version 1.
 		st, err := db.FollowState(ctx, 2, 1)
 		require.NoError(t, err)
-		require.Equal(t, domain.EdgeState{Follower: 2, Followee: 1, Following: true, Version: 0}, st)
+		require.Equal(t, domain.EdgeState{Follower: 2, Followee: 1, Following: true, Version: 0, Followees: 1}, st)
 		ch, err := db.Unfollow(ctx, 2, 1)
 		require.NoError(t, err)
 		require.Equal(t, domain.EdgeChange{EdgeState: domain.EdgeState{Follower: 2, Followee: 1, Version: 1}, Changed: true}, ch)
