@@ -160,6 +160,8 @@ func runConcurrentRound(t *testing.T, env *modelEnv, seed uint64) {
 		ChunkSize:          []int{2, 1000}[rng.IntN(2)],
 		PageSize:           []int{1, 1000}[rng.IntN(2)],
 		CelebrityThreshold: []int64{0, 0, 2}[rng.IntN(3)],
+		// Drawn apart, so that the seeds of earlier rounds replay their draws.
+		FollowingThreshold: []int64{0, 0, 1, 2}[rand.New(rand.NewPCG(seed, 2)).IntN(4)],
 	}
 	n := env.checks.Add(1)
 	// Stall at every failpoint now and then: mostly for up to 30 ms, long

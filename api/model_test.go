@@ -124,8 +124,8 @@ func newModelEnv(t *testing.T) *modelEnv {
 
 // modelConfig is one check's configuration, drawn by rapid.
 type modelConfig struct {
-	MaxLen, Backfill, ChunkSize, PageSize int
-	CelebrityThreshold                    int64
+	MaxLen, Backfill, ChunkSize, PageSize  int
+	CelebrityThreshold, FollowingThreshold int64
 }
 
 // savedRead is a read that stopped after its first page: its cursor is kept
@@ -191,6 +191,9 @@ func (env *modelEnv) newModel(t *rapid.T) *model {
 		ChunkSize:          rapid.SampledFrom([]int{1, 2, 1000}).Draw(t, "chunk_size"),
 		PageSize:           rapid.SampledFrom([]int{1, 2, 1000}).Draw(t, "page_size"),
 		CelebrityThreshold: rapid.SampledFrom([]int64{0, 0, 1, 2}).Draw(t, "celebrity_threshold"),
+		// Of 4 users, one follows at most 3: 1 and 2 make readers cross
+		// fanout.following_threshold both ways.
+		FollowingThreshold: rapid.SampledFrom([]int64{0, 0, 1, 2}).Draw(t, "following_threshold"),
 	}
 	n := env.checks.Add(1)
 	m := &model{
@@ -228,6 +231,7 @@ func startPipelineCtx(ctx context.Context, t tb, pool *pgxpool.Pool, rdb redis.U
 		MaxLen:             cfg.MaxLen,
 		Backfill:           cfg.Backfill,
 		CelebrityThreshold: cfg.CelebrityThreshold,
+		FollowingThreshold: cfg.FollowingThreshold,
 		Cluster:            cluster,
 	})
 	p.queue = queue.New(rdb, prefix+"tickets", "fanout")
@@ -397,6 +401,23 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 			stored, err := m.feeds.Rebuild(context.Background(), u)
 			if err != nil {
 				t.Fatal(err)
+			}
+			// A reader who follows many keeps no feed: Redis holds none
+			// (reads, checked after every step, come from PostgreSQL).
+			followees := int64(0)
+			for _, other := range m.users {
+				if m.rel.follows(u, other) {
+					followees++
+				}
+			}
+			if many := m.cfg.FollowingThreshold > 0 && followees > m.cfg.FollowingThreshold; stored.Pulled || many {
+				if !stored.Pulled || !many {
+					t.Fatalf("user %d follows %d: the rebuild says pulled %v", u, followees, stored.Pulled)
+				}
+				if left, err := feed.Inspect(context.Background(), m.rdb, m.prefix, u); err != nil || left.Exists {
+					t.Fatalf("user %d follows %d: Redis still holds a feed (%v)", u, followees, err)
+				}
+				return
 			}
 			// It holds entries, hidden and repeated ones too: reads
 			// filter them.

@@ -200,6 +200,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		Cluster:     cfg.Redis.Cluster,
 
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
+		FollowingThreshold: cfg.Fanout.FollowingThreshold,
 		Logger:             log.Named("feed"),
 		Registerer:         s.registry, // reads count what they filter
 	}

@@ -77,6 +77,7 @@ type Config struct {
 		PageSize           int   `koanf:"page_size"`
 		ChunkSize          int   `koanf:"chunk_size"`
 		CelebrityThreshold int64 `koanf:"celebrity_threshold"`
+		FollowingThreshold int64 `koanf:"following_threshold"`
 	} `koanf:"fanout"`
 	Outbox struct {
 		BatchSize      int           `koanf:"batch_size"`
@@ -233,6 +234,9 @@ func (c *Config) keys() []*keyDecl {
 			"authors with more followers than this are not fanned out on write; their posts are merged into feeds at "+
 				"read time. 0: nobody is pulled; do not set 0 once authors have been pulled (their posts of that time "+
 				"are only in their own timelines, which reads would stop merging)"),
+		declare(&c.Fanout.FollowingThreshold, feed.RecommendedFollowingThreshold, notNegative[int64](),
+			"readers who follow more accounts than this are not fanned out to: Redis keeps no feed for them, and "+
+				"their home feed is read from PostgreSQL at each read. 0: every reader is fanned out to"),
 
 		declare(&c.Outbox.BatchSize, outbox.DefaultBatchSize, positive[int](),
 			"outbox rows claimed per dispatcher round trip"),

@@ -46,6 +46,11 @@ func feedCommand(load loadFunc) *cobra.Command {
 				if err != nil {
 					return err
 				}
+				if stored.Pulled {
+					fmt.Fprintf(cmd.OutOrStdout(), "user %d follows more than fanout.following_threshold (%d) accounts: "+
+						"Redis keeps no feed for them, their reads come from PostgreSQL\n", rebuildUser, s.Config.Fanout.FollowingThreshold)
+					return nil
+				}
 				holds := "every post there is"
 				if !stored.Whole {
 					holds = fmt.Sprintf("the newest %d (feed.max_len); reads go on in PostgreSQL", s.Config.Feed.MaxLen)

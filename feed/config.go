@@ -43,6 +43,10 @@ const (
 	// fanout.celebrity_threshold's default: authors with more than 10000
 	// followers are pulled.
 	RecommendedCelebrityThreshold = 10000
+	// RecommendedFollowingThreshold is the FollowingThreshold of
+	// fanout.following_threshold's default: readers who follow more than
+	// 2000 accounts are read from PostgreSQL.
+	RecommendedFollowingThreshold = 2000
 )
 
 // Config configures Feeds. A zero field takes the default named; a negative
@@ -80,6 +84,12 @@ type Config struct {
 	// Defaults to 0: nobody is. newsfeed runs with
 	// RecommendedCelebrityThreshold.
 	CelebrityThreshold int64
+	// FollowingThreshold: readers who follow more accounts than this keep
+	// no feed in Redis, so fan-out writes nothing for them; their home feed
+	// is read from PostgreSQL (fanout.following_threshold). Defaults to 0:
+	// every reader keeps one. newsfeed runs with
+	// RecommendedFollowingThreshold.
+	FollowingThreshold int64
 	// Cluster tells that Redis is a Redis Cluster, where one script call
 	// cannot touch the feeds of many users. Defaults to false.
 	Cluster bool
@@ -111,6 +121,7 @@ func (c *Config) validate() error {
 		notNegative("PostTTL", c.PostTTL, defaults.The(DefaultPostTTL)),
 		notNegative("ActiveTTL", c.ActiveTTL, defaults.The(DefaultActiveTTL)),
 		notNegative("CelebrityThreshold", c.CelebrityThreshold, "nobody pulled"),
+		notNegative("FollowingThreshold", c.FollowingThreshold, "every reader pushed to"),
 		notNegative("WaitReplicas", c.WaitReplicas, "no wait"),
 		notNegative("WaitTimeout", c.WaitTimeout, defaults.The(DefaultWaitTimeout)),
 		notNegative("PushSlots", c.PushSlots, defaults.The(DefaultPushSlots)),

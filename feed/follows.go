@@ -34,7 +34,11 @@ func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int
 	} else {
 		err = f.unfollowed(ctx, st)
 	}
-	if errors.Is(err, errStale) {
+	stale := errors.Is(err, errStale)
+	if err == nil || stale {
+		err = f.settleFollowees(ctx, st)
+	}
+	if stale && err == nil {
 		return 0, false, nil
 	}
 	if err == nil {
@@ -44,6 +48,23 @@ func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int
 		return added, false, fmt.Errorf("apply follow state to feed %d: %w", st.Follower, err)
 	}
 	return added, true, nil
+}
+
+// settleFollowees keeps a reader who follows more accounts than
+// FollowingThreshold out of Redis: a follow that takes them over it drops
+// their feed, and the next read finds them over it (rebuildFeed) and reads
+// PostgreSQL from then on. An unfollow clears the mark that sends their
+// reads there, and the next read decides again. Both are safe in any order
+// and for a stale state: a feed dropped is rebuilt from the truth, and a
+// reader without the mark is counted again by that rebuild.
+func (f *Feeds) settleFollowees(ctx context.Context, st domain.EdgeState) error {
+	switch {
+	case st.Following && f.followsMany(st.Followees):
+		return f.drop(ctx, st.Follower)
+	case !st.Following && f.cfg.FollowingThreshold > 0:
+		return f.rdb.Del(ctx, f.keys.pulledFeed(st.Follower)).Err()
+	}
+	return nil
 }
 
 // MarkGraphChange marks, for a moment, a change of userID's feed in

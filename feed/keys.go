@@ -148,6 +148,11 @@ func (k keys) graphMarks(userID int64) string { return k.tagged("changes", userI
 
 func (k keys) rebuildLock(userID int64) string { return k.tagged("feedlock", userID) }
 
+// pulledFeed marks, for a while (pulledFeedTTL), that userID's feed is read
+// from PostgreSQL: they follow more accounts than FollowingThreshold, and a
+// rebuild found so (see Feeds.pullFeed).
+func (k keys) pulledFeed(userID int64) string { return k.tagged("pulledfeed", userID) }
+
 func (k keys) timeline(authorID int64) string { return k.tagged("timeline", authorID) }
 
 func (k keys) timelineHead(authorID int64) string { return k.tagged("timelinehead", authorID) }

@@ -230,11 +230,12 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 	return nil
 }
 
-// Drop deletes a user's feed, following hash and cached celebrity list; the
-// next read rebuilds them from PostgreSQL.
+// Drop deletes a user's feed, following hash and cached celebrity list, and
+// the mark of a reader who follows many; the next read rebuilds them from
+// PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 	since := f.replicas.Begin(ctx, f.keys.feed(userID))
-	err := f.drop(ctx, userID)
+	err := f.drop(ctx, userID, f.keys.pulledFeed(userID))
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
@@ -244,8 +245,11 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 	return nil
 }
 
-func (f *Feeds) drop(ctx context.Context, userID int64) error {
-	return f.rdb.Del(ctx, append(f.keys.feedSet(userID).list(), f.keys.following(userID), f.keys.celebrities(userID))...).Err()
+// drop deletes a user's feed, following hash and cached celebrity list, and
+// also the other keys of theirs named.
+func (f *Feeds) drop(ctx context.Context, userID int64, also ...string) error {
+	keys := append(f.keys.feedSet(userID).list(), f.keys.following(userID), f.keys.celebrities(userID))
+	return f.rdb.Del(ctx, append(keys, also...)...).Err()
 }
 
 // runOverKeys runs a script that changes many sets alike, whose keys come

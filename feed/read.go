@@ -245,6 +245,10 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 		return nil, err
 	}
 	if !sets[0].complete {
+		// A reader who follows many keeps no feed (see pullFeed).
+		if pulled, err := f.pulledFeed(ctx, r.user); err != nil || pulled {
+			return nil, cmp.Or(err, errPulled)
+		}
 		if err := f.rebuildFeed(ctx, r.user); err != nil {
 			return nil, err
 		}

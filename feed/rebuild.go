@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"math"
 	"time"
@@ -26,11 +27,15 @@ func (f *Feeds) feedTarget(userID int64) rebuildTarget {
 	return rebuildTarget{
 		set:       f.keys.feedSet(userID),
 		following: f.keys.following(userID),
+		pulled:    f.keys.pulledFeed(userID),
 		lock:      f.keys.rebuildLock(userID),
 		load: func(ctx context.Context) (rebuilt, error) {
 			followees, hidden, version, err := f.store.FeedGraph(ctx, userID)
 			if err != nil {
 				return rebuilt{}, err
+			}
+			if f.followsMany(int64(len(followees))) {
+				return rebuilt{pulled: true}, nil
 			}
 			// The reader's own posts are in their feed: they follow
 			// themself, as far as the feed's scripts can tell.
@@ -55,13 +60,16 @@ const rebuildTries = 3
 // found wrong, without waiting for its reader. Reads and fan-out meanwhile
 // are safe as with any rebuild: posts pushed while it reads PostgreSQL are
 // kept, and a rebuild by a reader that began before the drop gives up and
-// is waited for, then this one runs.
+// is waited for, then this one runs. A reader who follows more accounts
+// than FollowingThreshold keeps no feed: Stored.Pulled says so.
 func (f *Feeds) Rebuild(ctx context.Context, userID int64) (Stored, error) {
 	if err := f.Drop(ctx, userID); err != nil {
 		return Stored{}, err
 	}
 	for range rebuildTries {
-		if err := f.rebuildFeed(ctx, userID); err != nil {
+		if err := f.rebuildFeed(ctx, userID); errors.Is(err, errPulled) {
+			return Stored{Pulled: true}, nil
+		} else if err != nil {
 			return Stored{}, err
 		}
 		done, err := f.complete(ctx, f.feedTarget(userID))
@@ -91,9 +99,11 @@ func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 // rebuildTarget is a set to rebuild (its head and tail keys): a feed (with
 // its following hash) or a timeline.
 type rebuildTarget struct {
-	set             setKeys
-	following, lock string
-	load            func(context.Context) (rebuilt, error)
+	set setKeys
+	// following and pulled are a feed's following hash and the marker of a
+	// pulled feed (pullFeed); a timeline has neither.
+	following, pulled, lock string
+	load                    func(context.Context) (rebuilt, error)
 }
 
 // rebuilt is what a rebuild read from PostgreSQL.
@@ -105,6 +115,9 @@ type rebuilt struct {
 	// graphVersion is the version of the reader's graph followees were
 	// read at.
 	graphVersion int64
+	// pulled: the reader follows more accounts than FollowingThreshold,
+	// and keeps no feed in Redis (pullFeed).
+	pulled bool
 }
 
 // rebuildSet fills a set that is not complete with what t.load returns. One
@@ -148,7 +161,9 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	if err := f.fillRebuild(ctx, t, building.token); err != nil {
-		f.abandonRebuild(ctx, t, building.token)
+		if !errors.Is(err, errPulled) {
+			f.abandonRebuild(ctx, t, building.token)
+		}
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	return nil
@@ -160,6 +175,9 @@ func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte)
 	data, err := t.load(ctx)
 	if err != nil {
 		return err
+	}
+	if data.pulled {
+		return f.pullFeed(ctx, t, token)
 	}
 	// Read after the load: a fan-out whose followers were read after this
 	// position sees every unfollow the load saw (see pushScript).
@@ -181,6 +199,45 @@ func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte)
 	}
 	f.cachePosts(ctx, data.posts, nil, nil)
 	return nil
+}
+
+// errPulled says that a reader's feed is not kept in Redis: they follow
+// more accounts than FollowingThreshold, and their pages come from
+// PostgreSQL.
+var errPulled = fmt.Errorf("%w: the reader follows more accounts than fanout.following_threshold", errFromPostgres)
+
+// pulledFeedTTL is how long a reader found to follow many is read from
+// PostgreSQL without a rebuild asking again: their graph's changes clear
+// it (ApplyFollow), and so a lapse only costs a rebuild's graph read.
+const pulledFeedTTL = time.Minute
+
+// followsMany tells whether a reader who follows n accounts is read from
+// PostgreSQL rather than fanned out to.
+func (f *Feeds) followsMany(n int64) bool {
+	return f.cfg.FollowingThreshold > 0 && n > f.cfg.FollowingThreshold
+}
+
+// pullFeed ends the rebuild begun with token of a reader who follows many:
+// the set goes and the marker that sends their reads to PostgreSQL is set
+// (pullFeedScript), unless a change of their graph or another rebuild came
+// between. It returns errPulled either way: this read comes from
+// PostgreSQL.
+func (f *Feeds) pullFeed(ctx context.Context, t rebuildTarget, token [8]byte) error {
+	keys := append(t.keys(), t.pulled)
+	if err := pullFeedScript.Run(ctx, f.rdb, keys, token[:], int64(pulledFeedTTL/time.Second)).Err(); err != nil {
+		return err
+	}
+	return errPulled
+}
+
+// pulledFeed tells whether userID's feed is marked as read from
+// PostgreSQL (pullFeed).
+func (f *Feeds) pulledFeed(ctx context.Context, userID int64) (bool, error) {
+	n, err := f.rdb.Exists(ctx, f.keys.pulledFeed(userID)).Result()
+	if err != nil {
+		return false, fmt.Errorf("read feed %d: %w", userID, err)
+	}
+	return n > 0, nil
 }
 
 // abandonRebuild removes the set a failed rebuild began, unless another
