@@ -91,6 +91,11 @@ func (w *Worker) pushOwn(ctx context.Context, e domain.Entry) error {
 		// learn of it here (a stream skips what it sent already).
 		w.cfg.Live.Pushed(ctx, e.PostID, e.AuthorID, res.Holders)
 	}
+	if len(res.Missing) > 0 {
+		// No feed in Redis (one who follows many keeps none): their
+		// streams read it again, from PostgreSQL.
+		w.cfg.Live.Unsure(ctx, res.Missing)
+	}
 	return err
 }
 
