@@ -167,6 +167,7 @@ func Run(ctx context.Context, h Harness, opts Options, progress io.Writer) (*Rep
 		{"big fan-out", r.bigFanout},
 		{"chunked fan-out, 1 and 2 workers", r.chunkedFanout},
 		{"inactive followers", r.inactiveFollowers},
+		{"readers who follow many", r.followingMany},
 	})
 }
 

@@ -81,7 +81,8 @@ func TestBenchSmoke(t *testing.T) {
 	root.SetArgs([]string{"--newsfeed", newsfeed, // no config.yaml here: defaults and the environment
 		"--runs", "1", "--stage-time", "300ms", "--latency-time", "300ms", "--concurrency", "4",
 		"--big", "1000", "--chunked", "1000", "--fanout-posts", "20",
-		"--stages", "post creation,fan-out throughput,repost fan-out,fan-out at full feeds,memory,delivery,reads,streams,inactive", "--out", out})
+		"--stages", "post creation,fan-out throughput,repost fan-out,fan-out at full feeds,memory,delivery,reads,streams,inactive,follow many",
+		"--out", out})
 	err := root.ExecuteContext(context.Background())
 	require.NoError(t, err, "stderr:\n%s", stderr.String())
 
@@ -99,10 +100,12 @@ func TestBenchSmoke(t *testing.T) {
 	// of reposts; four memory lines; three delivery classes; reads, filtered
 	// reads against the limit and against the plain reads; live streams
 	// (Redis CPU idle and connected, each against the baseline without the
-	// live path, and three latencies); inactive followers.
-	require.Len(t, names, 23, strings.Join(names, ", "))
+	// live path, and three latencies); inactive followers; the reads of
+	// readers who follow many against the plain reads.
+	require.Len(t, names, 24, strings.Join(names, ", "))
 	require.Contains(t, names, "repost fan-out")
 	require.Contains(t, names, "filtered reads / plain reads")
+	require.Contains(t, names, "reads of readers who follow 10,000 / plain reads")
 	require.Contains(t, names, "live path idle: Redis CPU per fan-out entry", "the live stage had its baseline")
 	require.Contains(t, stdout.String(), "post creation")
 	for _, f := range []string{"bench.md", "delivery-latency.svg", "delivery-latency.png"} {
