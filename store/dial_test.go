@@ -102,6 +102,8 @@ func TestDialBoundsStatements(t *testing.T) {
 	var setting string
 	require.NoError(t, pool.QueryRow(ctx, "SHOW statement_timeout").Scan(&setting))
 	require.Equal(t, "1s", setting)
+	require.NoError(t, pool.QueryRow(ctx, "SHOW jit").Scan(&setting))
+	require.Equal(t, "off", setting, "no JIT compilation for short queries")
 	_, err = pool.Exec(ctx, "SELECT pg_sleep(3)")
 	var pgErr *pgconn.PgError
 	require.ErrorAs(t, err, &pgErr)
