@@ -410,9 +410,9 @@ func (m *model) actions(steps *atomic.Int64) map[string]func(*rapid.T) {
 					followees++
 				}
 			}
-			if many := m.cfg.FollowingThreshold > 0 && followees > m.cfg.FollowingThreshold; stored.Pulled || many {
-				if !stored.Pulled || !many {
-					t.Fatalf("user %d follows %d: the rebuild says pulled %v", u, followees, stored.Pulled)
+			if many := m.cfg.FollowingThreshold > 0 && followees > m.cfg.FollowingThreshold; stored.FollowsMany || many {
+				if !stored.FollowsMany || !many {
+					t.Fatalf("user %d follows %d: the rebuild says pulled %v", u, followees, stored.FollowsMany)
 				}
 				if left, err := feed.Inspect(context.Background(), m.rdb, m.prefix, u); err != nil || left.Exists {
 					t.Fatalf("user %d follows %d: Redis still holds a feed (%v)", u, followees, err)

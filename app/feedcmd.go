@@ -46,7 +46,7 @@ func feedCommand(load loadFunc) *cobra.Command {
 				if err != nil {
 					return err
 				}
-				if stored.Pulled {
+				if stored.FollowsMany {
 					fmt.Fprintf(cmd.OutOrStdout(), "user %d follows more than fanout.following_threshold (%d) accounts: "+
 						"Redis keeps no feed for them, their reads come from PostgreSQL\n", rebuildUser, s.Config.Fanout.FollowingThreshold)
 					return nil

@@ -304,10 +304,10 @@ type Stored struct {
 	Building bool
 	// IDs are the post ids it holds, ascending.
 	IDs []int64
-	// Pulled (from Rebuild only): the reader follows more accounts than
-	// fanout.following_threshold, so Redis keeps no feed for them and their
-	// reads come from PostgreSQL.
-	Pulled bool
+	// FollowsMany (from Rebuild only): the reader follows more accounts
+	// than fanout.following_threshold, so Redis keeps no feed for them and
+	// their reads come from PostgreSQL.
+	FollowsMany bool
 }
 
 // Has reports whether the set holds postID.

@@ -27,6 +27,22 @@ type countingStore struct {
 	reads    atomic.Int32 // every FolloweePosts and FeedEntries
 	gate     chan struct{}
 	entered  chan struct{}
+	// graphs counts a rebuild's reads of whom its reader follows; when
+	// graphGate is set, each is held after the read until the test opens it.
+	graphs       atomic.Int32
+	graphGate    chan struct{}
+	graphEntered chan struct{}
+}
+
+// FeedGraph is what a rebuild reads first: whom the reader follows.
+func (s *countingStore) FeedGraph(ctx context.Context, user int64) (followees, hidden []int64, version int64, err error) {
+	s.graphs.Add(1)
+	followees, hidden, version, err = s.DB.FeedGraph(ctx, user)
+	if s.graphGate != nil {
+		s.graphEntered <- struct{}{}
+		<-s.graphGate
+	}
+	return followees, hidden, version, err
 }
 
 func (s *countingStore) FolloweePosts(ctx context.Context, follower, before int64, limit int) ([]domain.Post, error) {

@@ -24,21 +24,31 @@ import (
 // removes the followee's posts. Applying the same state twice is safe: the
 // second completes what a failed first one left. applied is false when
 // the state was stale.
+//
+// A reader who follows more accounts than FollowingThreshold keeps no feed
+// (see markFollowsMany): a follow that leaves them over it drops their
+// feed instead, and the next read finds them over it and reads PostgreSQL
+// from then on; an unfollow that leaves them under it clears their mark,
+// and the next read decides again. Both are right for a stale state too: a
+// feed dropped is rebuilt from the truth, and a reader without the mark is
+// counted again by that rebuild.
 func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int, applied bool, err error) {
 	if st.Follower == st.Followee {
 		return 0, false, nil // a feed always holds its reader's own posts
 	}
 	since := f.replicas.Begin(ctx, f.keys.feed(st.Follower), f.keys.following(st.Follower))
-	if st.Following {
+	switch {
+	case st.Following && f.overFollowingThreshold(st.Followees):
+		err = f.drop(ctx, st.Follower)
+	case st.Following:
 		added, err = f.followed(ctx, st)
-	} else {
+	default:
 		err = f.unfollowed(ctx, st)
+		if err == nil || errors.Is(err, errStale) {
+			err = cmp.Or(f.unmarkFollowsMany(ctx, st), err)
+		}
 	}
-	stale := errors.Is(err, errStale)
-	if err == nil || stale {
-		err = f.settleFollowees(ctx, st)
-	}
-	if stale && err == nil {
+	if errors.Is(err, errStale) {
 		return 0, false, nil
 	}
 	if err == nil {
@@ -50,21 +60,14 @@ func (f *Feeds) ApplyFollow(ctx context.Context, st domain.EdgeState) (added int
 	return added, true, nil
 }
 
-// settleFollowees keeps a reader who follows more accounts than
-// FollowingThreshold out of Redis: a follow that takes them over it drops
-// their feed, and the next read finds them over it (rebuildFeed) and reads
-// PostgreSQL from then on. An unfollow clears the mark that sends their
-// reads there, and the next read decides again. Both are safe in any order
-// and for a stale state: a feed dropped is rebuilt from the truth, and a
-// reader without the mark is counted again by that rebuild.
-func (f *Feeds) settleFollowees(ctx context.Context, st domain.EdgeState) error {
-	switch {
-	case st.Following && f.followsMany(st.Followees):
-		return f.drop(ctx, st.Follower)
-	case !st.Following && f.cfg.FollowingThreshold > 0:
-		return f.rdb.Del(ctx, f.keys.pulledFeed(st.Follower)).Err()
+// unmarkFollowsMany clears the mark of a reader who follows many when
+// st, an unfollow, leaves them under FollowingThreshold (a block's
+// unfollows do not count: they clear it always).
+func (f *Feeds) unmarkFollowsMany(ctx context.Context, st domain.EdgeState) error {
+	if f.cfg.FollowingThreshold == 0 || f.overFollowingThreshold(st.Followees) {
+		return nil
 	}
-	return nil
+	return f.rdb.Del(ctx, f.keys.followsMany(st.Follower)).Err()
 }
 
 // MarkGraphChange marks, for a moment, a change of userID's feed in

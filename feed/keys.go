@@ -51,6 +51,13 @@
 // at the end — only if its own token is still there: a follow or an
 // unfollow while it read drops the set, a later rebuild replaces the token,
 // and the rebuild gives up.
+//
+// # Readers who follow many
+//
+// A reader who follows more accounts than fanout.following_threshold keeps
+// no feed at all: their rebuild counts whom they follow, and instead of a
+// set it leaves a mark (followsmany:{id}, for a minute) that sends their
+// reads to PostgreSQL. Pushes skip them as they skip any missing feed.
 package feed
 
 import "strconv"
@@ -148,10 +155,10 @@ func (k keys) graphMarks(userID int64) string { return k.tagged("changes", userI
 
 func (k keys) rebuildLock(userID int64) string { return k.tagged("feedlock", userID) }
 
-// pulledFeed marks, for a while (pulledFeedTTL), that userID's feed is read
-// from PostgreSQL: they follow more accounts than FollowingThreshold, and a
-// rebuild found so (see Feeds.pullFeed).
-func (k keys) pulledFeed(userID int64) string { return k.tagged("pulledfeed", userID) }
+// followsMany marks, for a while (followsManyTTL), that userID's feed is
+// read from PostgreSQL: they follow more accounts than FollowingThreshold,
+// and a rebuild found so (see Feeds.markFollowsMany).
+func (k keys) followsMany(userID int64) string { return k.tagged("followsmany", userID) }
 
 func (k keys) timeline(authorID int64) string { return k.tagged("timeline", authorID) }
 

@@ -2,6 +2,7 @@ package feed_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -27,14 +28,26 @@ func TestReadersWhoFollowMany(t *testing.T) {
 			b.post(t, a)
 		}
 	}
-	// requireNoFeed: Redis holds nothing of the reader's feed but, when
-	// pulled, the mark that sends their reads to PostgreSQL.
-	requireNoFeed := func(t *testing.T, b *bundle, pulled bool) {
+	// requireNoFeed: Redis holds no key of the reader's but, when marked,
+	// the mark of one who follows many.
+	requireNoFeed := func(t *testing.T, b *bundle, marked bool) {
 		t.Helper()
-		require.False(t, b.stored(t, reader).Exists, "no feed in Redis")
-		n, err := b.rdb.Exists(ctx, b.prefix+"pulledfeed:{10}").Result()
+		keys, err := b.rdb.Keys(ctx, b.prefix+"*{10}").Result()
 		require.NoError(t, err)
-		require.Equal(t, pulled, n == 1, "the mark of a pulled feed")
+		var want []string
+		if marked {
+			want = []string{b.prefix + "followsmany:{10}"}
+		}
+		require.ElementsMatch(t, want, keys, "the reader's keys in Redis")
+	}
+	// read reads the reader's first page of 20 and returns its ids.
+	read := func(b *bundle) ([]int64, error) {
+		page, err := b.feeds.Read(ctx, reader, 0, 20)
+		ids := make([]int64, len(page.Posts))
+		for i, p := range page.Posts {
+			ids[i] = p.ID
+		}
+		return ids, err
 	}
 
 	t.Run("a reader over it keeps no feed and reads the truth", func(t *testing.T) {
@@ -44,6 +57,7 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 2))
 		requireNoFeed(t, b, true)
 		require.Zero(t, b.store.rebuilds.Load(), "no posts read to fill a feed")
+		require.EqualValues(t, 1, b.store.graphs.Load(), "one count of whom they follow")
 
 		id := b.post(t, 2)
 		res, err := b.feeds.Push(ctx, domain.Entry{PostID: id, AuthorID: 2}, []int64{reader}, b.now(t), true)
@@ -53,6 +67,7 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		requireNoFeed(t, b, true)
 		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
 		require.Zero(t, b.store.rebuilds.Load())
+		require.EqualValues(t, 1, b.store.graphs.Load(), "while the mark stands, reads ask no rebuild")
 	})
 
 	t.Run("a follow that takes them over it drops their feed", func(t *testing.T) {
@@ -74,11 +89,13 @@ func TestReadersWhoFollowMany(t *testing.T) {
 	t.Run("an unfollow that takes them under it gives them a feed again", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{FollowingThreshold: 3})
-		followN(t, b, 4)
+		followN(t, b, 5)
 		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
 		requireNoFeed(t, b, true)
 
-		b.unfollow(t, reader, 4) // and applies it
+		b.unfollow(t, reader, 5) // and applies it
+		requireNoFeed(t, b, true)
+		b.unfollow(t, reader, 4)
 		requireNoFeed(t, b, false)
 		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
 		require.True(t, b.stored(t, reader).Complete, "rebuilt: a feed in Redis again")
@@ -95,16 +112,14 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{FollowingThreshold: 3})
 		followN(t, b, 3)
+		b.post(t, 4)
+		before := b.truth(t, reader)
 		b.store.gate, b.store.entered = make(chan struct{}), make(chan struct{}, 8)
 		done := make(chan []int64)
 		go func() {
-			page, err := b.feeds.Read(ctx, reader, 0, 20)
+			ids, err := read(b)
 			if err != nil {
 				t.Error(err)
-			}
-			ids := make([]int64, len(page.Posts))
-			for i, p := range page.Posts {
-				ids[i] = p.ID
 			}
 			done <- ids
 		}()
@@ -112,12 +127,38 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		b.follow(t, reader, 4)
 		_, err := applyFollowState(ctx, b.db, b.feeds, reader, 4)
 		require.NoError(t, err)
+		after := b.truth(t, reader)
 		close(b.store.gate)
-		<-done
+		got := <-done
+		require.True(t, slices.Equal(got, before) || slices.Equal(got, after), "the page %v is the feed before the follow %v or after %v", got, before, after)
 		requireNoFeed(t, b, false)
-		b.post(t, 4)
-		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
+		require.Equal(t, after, b.readAll(t, reader, 20))
 		requireNoFeed(t, b, true)
+	})
+
+	t.Run("an unfollow under it while a rebuild counts leaves no mark", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, feed.Config{FollowingThreshold: 3})
+		followN(t, b, 4)
+		before := b.truth(t, reader)
+		b.store.graphGate, b.store.graphEntered = make(chan struct{}), make(chan struct{}, 8)
+		done := make(chan []int64)
+		go func() {
+			ids, err := read(b)
+			if err != nil {
+				t.Error(err)
+			}
+			done <- ids
+		}()
+		<-b.store.graphEntered // the rebuild counted 4 followees
+		b.unfollow(t, reader, 4)
+		after := b.truth(t, reader)
+		close(b.store.graphGate)
+		got := <-done
+		require.True(t, slices.Equal(got, before) || slices.Equal(got, after), "the page %v is the feed before the unfollow %v or after %v", got, before, after)
+		requireNoFeed(t, b, false)
+		require.Equal(t, after, b.readAll(t, reader, 20))
+		require.True(t, b.stored(t, reader).Complete, "under it: a feed in Redis")
 	})
 
 	t.Run("the operator's rebuild says they are read from PostgreSQL", func(t *testing.T) {
@@ -126,7 +167,7 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		followN(t, b, 4)
 		stored, err := b.feeds.Rebuild(ctx, reader)
 		require.NoError(t, err)
-		require.Equal(t, feed.Stored{Pulled: true}, stored)
+		require.Equal(t, feed.Stored{FollowsMany: true}, stored)
 		requireNoFeed(t, b, true)
 	})
 

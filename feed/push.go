@@ -235,7 +235,7 @@ func (f *Feeds) ForgetPost(ctx context.Context, postID int64) error {
 // PostgreSQL.
 func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 	since := f.replicas.Begin(ctx, f.keys.feed(userID))
-	err := f.drop(ctx, userID, f.keys.pulledFeed(userID))
+	err := f.drop(ctx, userID, f.keys.followsMany(userID))
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}

@@ -245,9 +245,9 @@ func (r *feedReader) open(ctx context.Context, before int64, n int) ([]sourceSet
 		return nil, err
 	}
 	if !sets[0].complete {
-		// A reader who follows many keeps no feed (see pullFeed).
-		if pulled, err := f.pulledFeed(ctx, r.user); err != nil || pulled {
-			return nil, cmp.Or(err, errPulled)
+		// A reader who follows many keeps no feed (markFollowsMany).
+		if many, err := f.followsManyMarked(ctx, r.user); err != nil || many {
+			return nil, cmp.Or(err, errFollowsMany)
 		}
 		if err := f.rebuildFeed(ctx, r.user); err != nil {
 			return nil, err

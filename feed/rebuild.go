@@ -25,17 +25,17 @@ func (f *Feeds) rebuildFeed(ctx context.Context, userID int64) error {
 // feedTarget is userID's feed as a set to rebuild.
 func (f *Feeds) feedTarget(userID int64) rebuildTarget {
 	return rebuildTarget{
-		set:       f.keys.feedSet(userID),
-		following: f.keys.following(userID),
-		pulled:    f.keys.pulledFeed(userID),
-		lock:      f.keys.rebuildLock(userID),
+		set:         f.keys.feedSet(userID),
+		following:   f.keys.following(userID),
+		followsMany: f.keys.followsMany(userID),
+		lock:        f.keys.rebuildLock(userID),
 		load: func(ctx context.Context) (rebuilt, error) {
 			followees, hidden, version, err := f.store.FeedGraph(ctx, userID)
 			if err != nil {
 				return rebuilt{}, err
 			}
-			if f.followsMany(int64(len(followees))) {
-				return rebuilt{pulled: true}, nil
+			if f.overFollowingThreshold(int64(len(followees))) {
+				return rebuilt{followsMany: true}, nil
 			}
 			// The reader's own posts are in their feed: they follow
 			// themself, as far as the feed's scripts can tell.
@@ -61,14 +61,14 @@ const rebuildTries = 3
 // are safe as with any rebuild: posts pushed while it reads PostgreSQL are
 // kept, and a rebuild by a reader that began before the drop gives up and
 // is waited for, then this one runs. A reader who follows more accounts
-// than FollowingThreshold keeps no feed: Stored.Pulled says so.
+// than FollowingThreshold keeps no feed: Stored.FollowsMany says so.
 func (f *Feeds) Rebuild(ctx context.Context, userID int64) (Stored, error) {
 	if err := f.Drop(ctx, userID); err != nil {
 		return Stored{}, err
 	}
 	for range rebuildTries {
-		if err := f.rebuildFeed(ctx, userID); errors.Is(err, errPulled) {
-			return Stored{Pulled: true}, nil
+		if err := f.rebuildFeed(ctx, userID); errors.Is(err, errFollowsMany) {
+			return Stored{FollowsMany: true}, nil
 		} else if err != nil {
 			return Stored{}, err
 		}
@@ -100,10 +100,11 @@ func (f *Feeds) rebuildTimeline(ctx context.Context, authorID int64) error {
 // its following hash) or a timeline.
 type rebuildTarget struct {
 	set setKeys
-	// following and pulled are a feed's following hash and the marker of a
-	// pulled feed (pullFeed); a timeline has neither.
-	following, pulled, lock string
-	load                    func(context.Context) (rebuilt, error)
+	// following and followsMany are a feed's following hash and the mark
+	// of a reader who follows many (markFollowsMany); a timeline has
+	// neither.
+	following, followsMany, lock string
+	load                         func(context.Context) (rebuilt, error)
 }
 
 // rebuilt is what a rebuild read from PostgreSQL.
@@ -115,9 +116,9 @@ type rebuilt struct {
 	// graphVersion is the version of the reader's graph followees were
 	// read at.
 	graphVersion int64
-	// pulled: the reader follows more accounts than FollowingThreshold,
-	// and keeps no feed in Redis (pullFeed).
-	pulled bool
+	// followsMany: the reader follows more accounts than
+	// FollowingThreshold, and keeps no feed in Redis (markFollowsMany).
+	followsMany bool
 }
 
 // rebuildSet fills a set that is not complete with what t.load returns. One
@@ -161,7 +162,7 @@ func (f *Feeds) rebuildSet(ctx context.Context, t rebuildTarget) error {
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
 	}
 	if err := f.fillRebuild(ctx, t, building.token); err != nil {
-		if !errors.Is(err, errPulled) {
+		if !errors.Is(err, errFollowsMany) {
 			f.abandonRebuild(ctx, t, building.token)
 		}
 		return fmt.Errorf("rebuild %s: %w", t.set.meta, err)
@@ -176,8 +177,9 @@ func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte)
 	if err != nil {
 		return err
 	}
-	if data.pulled {
-		return f.pullFeed(ctx, t, token)
+	if data.followsMany {
+		failpoint.Hit(ctx, failpoint.BeforeFinishRebuild)
+		return f.markFollowsMany(ctx, t, token)
 	}
 	// Read after the load: a fan-out whose followers were read after this
 	// position sees every unfollow the load saw (see pushScript).
@@ -201,39 +203,45 @@ func (f *Feeds) fillRebuild(ctx context.Context, t rebuildTarget, token [8]byte)
 	return nil
 }
 
-// errPulled says that a reader's feed is not kept in Redis: they follow
+// errFollowsMany says that a reader's feed is not kept in Redis: they follow
 // more accounts than FollowingThreshold, and their pages come from
 // PostgreSQL.
-var errPulled = fmt.Errorf("%w: the reader follows more accounts than fanout.following_threshold", errFromPostgres)
+var errFollowsMany = fmt.Errorf("%w: the reader follows more accounts than fanout.following_threshold", errFromPostgres)
 
-// pulledFeedTTL is how long a reader found to follow many is read from
-// PostgreSQL without a rebuild asking again: their graph's changes clear
-// it (ApplyFollow), and so a lapse only costs a rebuild's graph read.
-const pulledFeedTTL = time.Minute
+// followsManyTTL is how long a reader found to follow many is read from
+// PostgreSQL without a rebuild counting again: an unfollow that takes them
+// under the threshold clears the mark (ApplyFollow), and a lapse costs a
+// rebuild's lock, empty set and graph read.
+const followsManyTTL = time.Minute
 
-// followsMany tells whether a reader who follows n accounts is read from
-// PostgreSQL rather than fanned out to.
-func (f *Feeds) followsMany(n int64) bool {
+// overFollowingThreshold tells whether a reader who follows n accounts is
+// read from PostgreSQL rather than fanned out to.
+func (f *Feeds) overFollowingThreshold(n int64) bool {
 	return f.cfg.FollowingThreshold > 0 && n > f.cfg.FollowingThreshold
 }
 
-// pullFeed ends the rebuild begun with token of a reader who follows many:
-// the set goes and the marker that sends their reads to PostgreSQL is set
-// (pullFeedScript), unless a change of their graph or another rebuild came
-// between. It returns errPulled either way: this read comes from
-// PostgreSQL.
-func (f *Feeds) pullFeed(ctx context.Context, t rebuildTarget, token [8]byte) error {
-	keys := append(t.keys(), t.pulled)
-	if err := pullFeedScript.Run(ctx, f.rdb, keys, token[:], int64(pulledFeedTTL/time.Second)).Err(); err != nil {
+// markFollowsMany ends the rebuild begun with token of a reader who
+// follows many: the set goes, and the mark that sends their reads to
+// PostgreSQL is set (followsManyScript), unless a change of their graph or
+// another rebuild came between. It returns errFollowsMany when it set the
+// mark; else nil, as a rebuild overtaken does (the set is not complete:
+// the read comes from PostgreSQL, and the next one decides again).
+func (f *Feeds) markFollowsMany(ctx context.Context, t rebuildTarget, token [8]byte) error {
+	keys := append(t.keys(), t.followsMany)
+	set, err := followsManyScript.Run(ctx, f.rdb, keys, token[:], int64(followsManyTTL/time.Second)).Int()
+	if err != nil {
 		return err
 	}
-	return errPulled
+	if set == 1 {
+		return errFollowsMany
+	}
+	return nil
 }
 
-// pulledFeed tells whether userID's feed is marked as read from
-// PostgreSQL (pullFeed).
-func (f *Feeds) pulledFeed(ctx context.Context, userID int64) (bool, error) {
-	n, err := f.rdb.Exists(ctx, f.keys.pulledFeed(userID)).Result()
+// followsManyMarked tells whether userID is marked as a reader who follows
+// many, read from PostgreSQL (markFollowsMany).
+func (f *Feeds) followsManyMarked(ctx context.Context, userID int64) (bool, error) {
+	n, err := f.rdb.Exists(ctx, f.keys.followsMany(userID)).Result()
 	if err != nil {
 		return false, fmt.Errorf("read feed %d: %w", userID, err)
 	}

@@ -42,7 +42,7 @@ var (
 	removeScript         = script("remove", true)
 	finishRebuildScript  = script("finish_rebuild", true)
 	abandonRebuildScript = script("abandon_rebuild", true)
-	pullFeedScript       = script("pull_feed", true)
+	followsManyScript    = script("follows_many", true)
 	readScript           = script("read", false)
 	unlockScript         = script("unlock", false)
 	unmarkDeleteScript   = script("unlock", false) // the same: delete the key if it holds ARGV[1]
