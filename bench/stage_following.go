@@ -18,7 +18,7 @@ import (
 const (
 	manyAuthorBase = 7_000_000 // authors 7000000..
 	manyAuthors    = 10_000
-	manyPosts      = 2 // posts per author
+	manyPosts      = 2         // posts per author
 	manyReaderBase = 7_100_000 // readers 7100000..
 	manyReaders    = 16
 )

@@ -35,7 +35,8 @@ func (l *recordedLive) announced(postID int64) []int64 {
 	return out
 }
 
-func (*recordedLive) Removed(context.Context, int64, []int64)  {}
+func (*recordedLive) Removed(context.Context, int64, []int64) {}
+
 func (l *recordedLive) Unsure(_ context.Context, readers []int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
