@@ -224,7 +224,7 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	switch ev.Kind {
 	case domain.LivePost:
-		return st.announced(ctx, ev.Post)
+		return st.announced(ctx, ev.Post, ev.HidesChecked)
 	case domain.LiveRemove:
 		if err := st.sendRemoves([]int64{ev.PostID}); err != nil || ev.PostID > st.high {
 			return err
@@ -272,14 +272,19 @@ func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 // announced sends a post that a fan-out put into the feed, if the feed
 // shows it: not when the reader hides its author (their feed keeps it), and
 // a repost only if its original shows through no earlier entry — which
-// the feed's read knows, so a repost is sent by a catch-up.
-func (st *stream) announced(ctx context.Context, p domain.Post) error {
+// the feed's read knows, so a repost is sent by a catch-up. hidesChecked:
+// the hub found that the feed does not hide the author (one round trip for
+// all its streams).
+func (st *stream) announced(ctx context.Context, p domain.Post, hidesChecked bool) error {
 	author, original, ok := p.Authors()
 	if ok && st.unfollowed[author] {
 		return nil
 	}
 	if !ok || original != 0 {
 		return st.catchUp(ctx, catchUpPage)
+	}
+	if hidesChecked {
+		return st.sendPosts([]domain.Post{p})
 	}
 	hides, known, err := st.s.feeds.Hides(ctx, st.me)
 	if err != nil || !known {

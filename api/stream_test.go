@@ -694,3 +694,27 @@ func TestStreamSkipsPostsOfAnAuthorJustUnfollowed(t *testing.T) {
 	sub.events <- domain.LiveEvent{Kind: domain.LivePost, Post: post(12, 5)}
 	require.Equal(t, int64(12), st.nextPost(t), "followed again: the author's posts come")
 }
+
+// A muted author's new posts are not sent, while the followees' the reader
+// does not hide are, pushed or pulled: the hub asks, for every stream a post
+// goes to, whether its reader's feed hides the author.
+func TestStreamSkipsAMutedAuthorsPosts(t *testing.T) {
+	t.Parallel()
+	const reader, friend, muted, star, fan = 1, 2, 3, 4, 5
+	s := startLive(t, liveOpts{celebrityThreshold: 1})
+	for _, followee := range []int64{friend, muted, star} {
+		s.follow(t, reader, followee)
+	}
+	s.follow(t, fan, star) // two followers: the star is pulled at read time
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, reader, http.MethodPut, "/v1/mutes/"+strconv.Itoa(muted), ""))
+	st := s.openStream(t, 0, reader, "", nil)
+
+	s.post(t, muted, "from someone muted")
+	first := s.post(t, friend, "from a friend")
+	require.Equal(t, first, st.nextPost(t), "not the muted author's post")
+	require.Equal(t, http.StatusNoContent, s.call(t, 0, reader, http.MethodPut, "/v1/mutes/"+strconv.Itoa(star), ""))
+	s.post(t, star, "from a muted star")
+	again := s.post(t, friend, "again")
+	require.Equal(t, again, st.nextPost(t), "not the muted star's post")
+	st.quiet(t, liveEventWithin)
+}

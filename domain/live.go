@@ -33,6 +33,9 @@ type LiveEvent struct {
 	Kind LiveKind
 	// Post is set for LivePost.
 	Post Post
+	// HidesChecked (LivePost): the hub found that the reader's feed does
+	// not hide the post's author, as of the post's announcement.
+	HidesChecked bool
 	// PostID is set for LiveRemove.
 	PostID int64
 	// AuthorID is set for LiveUnfollowed and LiveFollowed.

@@ -35,11 +35,14 @@ type Posts interface {
 	Posts(ctx context.Context, ids []int64) ([]domain.Post, error)
 }
 
-// Follows tells whether readers follow an author now.
+// Follows tells whether readers follow, or hide, an author now.
 type Follows interface {
 	// Following reports, for each reader, whether they follow author: 1
 	// yes, 0 no, -1 not known here (their feed is not in Redis).
 	Following(ctx context.Context, readers []int64, author int64) ([]int, error)
+	// Hiding reports, for each reader, whether their feed hides author (a
+	// mute or a block): 1 yes, 0 no, -1 not known here.
+	Hiding(ctx context.Context, readers []int64, author int64) ([]int, error)
 }
 
 // HubConfig configures a Hub. A zero field takes its default; a negative
@@ -439,9 +442,38 @@ func (h *Hub) sendPost(ctx context.Context, postID int64, subs []*subscription) 
 	if len(posts) == 0 {
 		return // deleted already
 	}
-	for _, s := range subs {
-		h.deliver(s, domain.LiveEvent{Kind: domain.LivePost, Post: posts[0]})
+	hiding := h.hiding(ctx, posts[0], subs)
+	for i, s := range subs {
+		switch {
+		case hiding == nil:
+			h.deliver(s, domain.LiveEvent{Kind: domain.LivePost, Post: posts[0]})
+		case hiding[i] < 0: // the feed is not in Redis: its read rebuilds it
+			h.deliver(s, domain.LiveEvent{Kind: domain.LiveCatchUp})
+		case hiding[i] == 0:
+			h.deliver(s, domain.LiveEvent{Kind: domain.LivePost, Post: posts[0], HidesChecked: true})
+		}
 	}
+}
+
+// hiding asks, for every stream post goes to, whether its reader's feed
+// hides the post's author, in one round trip (see LiveEvent.HidesChecked);
+// nil when it cannot tell: a repost (its stream reads the feed, which knows
+// whether it shows) or Redis failing (each stream asks then).
+func (h *Hub) hiding(ctx context.Context, post domain.Post, subs []*subscription) []int {
+	author, original, ok := post.Authors()
+	if !ok || original != 0 {
+		return nil
+	}
+	readers := make([]int64, len(subs))
+	for i, s := range subs {
+		readers[i] = s.user
+	}
+	hiding, err := h.cfg.Follows.Hiding(ctx, readers, author)
+	if err != nil {
+		h.log.Debug("cannot read whom readers hide", zap.Int64("post_id", post.ID), zap.Error(err))
+		return nil
+	}
+	return hiding
 }
 
 // followers returns the streams whose readers follow author, asking Redis

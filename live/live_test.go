@@ -36,8 +36,12 @@ func (posts) Posts(_ context.Context, ids []int64) ([]domain.Post, error) {
 	return out, nil
 }
 
-// follows says every reader follows every author.
+// follows says every reader follows every author, and hides none.
 type follows struct{}
+
+func (follows) Hiding(_ context.Context, readers []int64, _ int64) ([]int, error) {
+	return make([]int, len(readers)), nil
+}
 
 func (follows) Following(_ context.Context, readers []int64, _ int64) ([]int, error) {
 	out := make([]int, len(readers))
@@ -74,7 +78,10 @@ func start(t *testing.T, cfg live.HubConfig) *env {
 	rdb, prefix, _ := testenv.NewUniversalRedis(t)
 	reg := prometheus.NewRegistry()
 	pub := live.NewPublisher(rdb, live.PublisherConfig{Prefix: prefix, Registerer: reg})
-	cfg.Prefix, cfg.Posts, cfg.Follows = prefix, posts{}, follows{}
+	cfg.Prefix, cfg.Posts = prefix, posts{}
+	if cfg.Follows == nil {
+		cfg.Follows = follows{}
+	}
 	hub, err := live.NewHub(rdb, cfg)
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(context.Background())
@@ -117,6 +124,58 @@ func (e *env) warmUp(t *testing.T) {
 	}, 15*time.Second, time.Millisecond, "the publisher never heard of a stream")
 	for len(sub.Events()) > 0 {
 		<-sub.Events()
+	}
+}
+
+// hiding says each reader in it follows every author and hides them as
+// given (1 hides, -1 not known); others follow and hide none.
+type hiding map[int64]int
+
+func (hiding) Following(ctx context.Context, readers []int64, author int64) ([]int, error) {
+	return follows{}.Following(ctx, readers, author)
+}
+
+func (h hiding) Hiding(_ context.Context, readers []int64, _ int64) ([]int, error) {
+	out := make([]int, len(readers))
+	for i, r := range readers {
+		out[i] = h[r]
+	}
+	return out, nil
+}
+
+// A post goes to the streams whose reader's feed does not hide its author,
+// checked by the hub for them all (HidesChecked); a stream whose feed is
+// not in Redis is told to read it, which rebuilds it; a hiding reader gets
+// nothing.
+func TestHubChecksWhomReadersHide(t *testing.T) {
+	t.Parallel()
+	const hider, unknown, reader = 1, 2, 3
+	e := start(t, live.HubConfig{Follows: hiding{hider: 1, unknown: -1}})
+	ctx := context.Background()
+	subs := map[int64]domain.LiveSubscription{}
+	for _, u := range []int64{hider, unknown, reader} {
+		sub, err := e.hub.Subscribe(ctx, u)
+		require.NoError(t, err)
+		defer sub.Close()
+		subs[u] = sub
+	}
+	var ev domain.LiveEvent
+	require.Eventually(t, func() bool {
+		e.pub.Pushed(ctx, 2, 9, []int64{hider, unknown, reader}) // until the publisher heard of them
+		select {
+		case ev = <-subs[reader].Events():
+			return true
+		case <-time.After(20 * time.Millisecond):
+			return false
+		}
+	}, 10*time.Second, time.Millisecond)
+	require.Equal(t, domain.LiveEvent{Kind: domain.LivePost, Post: domain.Post{ID: 2, AuthorID: 9, Body: "b"}, HidesChecked: true}, ev)
+	ev = <-subs[unknown].Events()
+	require.Equal(t, domain.LiveCatchUp, ev.Kind)
+	select {
+	case ev := <-subs[hider].Events():
+		t.Fatalf("a reader who hides the author got %+v", ev)
+	case <-time.After(50 * time.Millisecond):
 	}
 }
 
