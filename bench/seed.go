@@ -123,6 +123,13 @@ func (r *runner) seed(ctx context.Context) error {
 		ON CONFLICT (user_id) DO UPDATE SET followers = EXCLUDED.followers`); err != nil {
 		return fmt.Errorf("seed follower counts: %w", err)
 	}
+	// As autovacuum leaves a table that has settled: its visibility map
+	// set, so that a page of followers is read from the index alone (an
+	// index-only scan of a freshly copied table visits every row's heap
+	// page too: 0.56 µs a follower instead of 0.16).
+	if _, err := r.pool.Exec(ctx, `VACUUM (ANALYZE) follows`); err != nil {
+		return fmt.Errorf("seed follows: vacuum: %w", err)
+	}
 
 	// Posts of the read stage's authors, old enough to be history: no outbox rows.
 	const perAuthor = 200
