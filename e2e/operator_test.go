@@ -236,6 +236,16 @@ func TestFeedRebuildAndDrop(t *testing.T) {
 	require.Zero(t, code)
 	require.Contains(t, stdout, "(it was not in Redis)")
 
+	// A reader who follows more than fanout.following_threshold keeps no feed.
+	stdout, stderr, code = runIn(t, t.TempDir(), append(append([]string{}, c.env...), "NEWSFEED_FANOUT_FOLLOWING_THRESHOLD=1"),
+		"feed", "rebuild", "--user", "10")
+	require.Zero(t, code, stderr)
+	require.Equal(t, "user 10 follows more than fanout.following_threshold (1) accounts: "+
+		"Redis keeps no feed for them, their reads come from PostgreSQL\n", stdout)
+	stored, err = feed.Inspect(ctx, rdb, c.prefix, reader)
+	require.NoError(t, err)
+	require.False(t, stored.Exists)
+
 	require.Equal(t, "newsfeed: --user must be a positive user id", failLine(t, t.TempDir(), c.env, "feed", "rebuild", "--user", "0"))
 	require.Contains(t, failLine(t, t.TempDir(), c.env, "feed", "drop"), `"user" not set`)
 	require.Contains(t, failLine(t, t.TempDir(), append(append([]string{}, c.env...), "NEWSFEED_REDIS_URL=redis://127.0.0.1:1/0",
