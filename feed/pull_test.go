@@ -40,14 +40,32 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		}
 		require.ElementsMatch(t, want, keys, "the reader's keys in Redis")
 	}
-	// read reads the reader's first page of 20 and returns its ids.
-	read := func(b *bundle) ([]int64, error) {
-		page, err := b.feeds.Read(ctx, reader, 0, 20)
-		ids := make([]int64, len(page.Posts))
-		for i, p := range page.Posts {
-			ids[i] = p.ID
-		}
-		return ids, err
+	// readAcross reads the reader's first page while their rebuild is held
+	// (entered, then gate: fields of b.store the caller set), makes change
+	// meanwhile, and requires the page to be the feed before the change or
+	// after it.
+	readAcross := func(t *testing.T, b *bundle, entered <-chan struct{}, gate chan struct{}, change func()) {
+		t.Helper()
+		before := b.truth(t, reader)
+		done := make(chan []int64)
+		go func() {
+			page, err := b.feeds.Read(ctx, reader, 0, 20)
+			if err != nil {
+				t.Error(err)
+			}
+			ids := make([]int64, len(page.Posts))
+			for i, p := range page.Posts {
+				ids[i] = p.ID
+			}
+			done <- ids
+		}()
+		<-entered
+		change()
+		after := b.truth(t, reader)
+		close(gate)
+		got := <-done
+		require.True(t, slices.Equal(got, before) || slices.Equal(got, after),
+			"the page %v is the feed before the change %v or after %v", got, before, after)
 	}
 
 	t.Run("a reader over it keeps no feed and reads the truth", func(t *testing.T) {
@@ -113,26 +131,15 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		b := setup(t, feed.Config{FollowingThreshold: 3})
 		followN(t, b, 3)
 		b.post(t, 4)
-		before := b.truth(t, reader)
 		b.store.gate, b.store.entered = make(chan struct{}), make(chan struct{}, 8)
-		done := make(chan []int64)
-		go func() {
-			ids, err := read(b)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- ids
-		}()
-		<-b.store.entered // the rebuild counted 3 followees and reads their posts
-		b.follow(t, reader, 4)
-		_, err := applyFollowState(ctx, b.db, b.feeds, reader, 4)
-		require.NoError(t, err)
-		after := b.truth(t, reader)
-		close(b.store.gate)
-		got := <-done
-		require.True(t, slices.Equal(got, before) || slices.Equal(got, after), "the page %v is the feed before the follow %v or after %v", got, before, after)
+		// The rebuild counted 3 followees and reads their posts.
+		readAcross(t, b, b.store.entered, b.store.gate, func() {
+			b.follow(t, reader, 4)
+			_, err := applyFollowState(ctx, b.db, b.feeds, reader, 4)
+			require.NoError(t, err)
+		})
 		requireNoFeed(t, b, false)
-		require.Equal(t, after, b.readAll(t, reader, 20))
+		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
 		requireNoFeed(t, b, true)
 	})
 
@@ -140,24 +147,11 @@ func TestReadersWhoFollowMany(t *testing.T) {
 		t.Parallel()
 		b := setup(t, feed.Config{FollowingThreshold: 3})
 		followN(t, b, 4)
-		before := b.truth(t, reader)
 		b.store.graphGate, b.store.graphEntered = make(chan struct{}), make(chan struct{}, 8)
-		done := make(chan []int64)
-		go func() {
-			ids, err := read(b)
-			if err != nil {
-				t.Error(err)
-			}
-			done <- ids
-		}()
-		<-b.store.graphEntered // the rebuild counted 4 followees
-		b.unfollow(t, reader, 4)
-		after := b.truth(t, reader)
-		close(b.store.graphGate)
-		got := <-done
-		require.True(t, slices.Equal(got, before) || slices.Equal(got, after), "the page %v is the feed before the unfollow %v or after %v", got, before, after)
+		// The rebuild counted 4 followees.
+		readAcross(t, b, b.store.graphEntered, b.store.graphGate, func() { b.unfollow(t, reader, 4) })
 		requireNoFeed(t, b, false)
-		require.Equal(t, after, b.readAll(t, reader, 20))
+		require.Equal(t, b.truth(t, reader), b.readAll(t, reader, 20))
 		require.True(t, b.stored(t, reader).Complete, "under it: a feed in Redis")
 	})
 
