@@ -25,14 +25,8 @@ func (f *Feeds) Posts(ctx context.Context, ids []int64) ([]domain.Post, error) {
 // -1 unknown — the hash is not in Redis (the reader's feed expired or was
 // lost), and the next read of the feed rebuilds it.
 func (f *Feeds) Following(ctx context.Context, readers []int64, author int64) ([]int, error) {
-	cmds := make([]*redis.SliceCmd, len(readers))
 	field := strconv.FormatInt(author, 10)
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range readers {
-			cmds[i] = p.HMGet(ctx, f.keys.following(r), field, versionField)
-		}
-		return nil
-	})
+	cmds, err := f.followingFields(ctx, readers, field, versionField)
 	if err != nil {
 		return nil, fmt.Errorf("read whom readers follow: %w", err)
 	}
@@ -56,13 +50,7 @@ func (f *Feeds) Following(ctx context.Context, readers []int64, author int64) ([
 // post goes to, where each stream asking alone cost Redis a round trip per
 // reader and post.
 func (f *Feeds) Hiding(ctx context.Context, readers []int64, author int64) ([]int, error) {
-	cmds := make([]*redis.SliceCmd, len(readers))
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i, r := range readers {
-			cmds[i] = p.HMGet(ctx, f.keys.following(r), versionField, mergesField, hidesField)
-		}
-		return nil
-	})
+	cmds, err := f.followingFields(ctx, readers, versionField, mergesField, hidesField)
 	if err != nil {
 		return nil, fmt.Errorf("read whom readers hide: %w", err)
 	}
@@ -79,4 +67,17 @@ func (f *Feeds) Hiding(ctx context.Context, readers []int64, author int64) ([]in
 		}
 	}
 	return out, nil
+}
+
+// followingFields reads fields of each reader's following hash, in one
+// pipeline.
+func (f *Feeds) followingFields(ctx context.Context, readers []int64, fields ...string) ([]*redis.SliceCmd, error) {
+	cmds := make([]*redis.SliceCmd, len(readers))
+	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+		for i, r := range readers {
+			cmds[i] = p.HMGet(ctx, f.keys.following(r), fields...)
+		}
+		return nil
+	})
+	return cmds, err
 }
