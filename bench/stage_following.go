@@ -33,14 +33,9 @@ func (r *runner) followingMany(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	plainReaders := make([]int64, r.opts.Readers)
-	for i := range plainReaders {
-		plainReaders[i] = int64(readerBase + i)
-	}
-	for _, u := range plainReaders { // first reads build the feeds and warm the post cache
-		if err := r.readFeed(ctx, u); err != nil {
-			return err
-		}
+	plainReaders, err := r.plainReaders(ctx)
+	if err != nil {
+		return err
 	}
 	// Their first page is the newest 20 posts, and Redis keeps no feed
 	// for them: else the stage would not measure what it names.

@@ -39,6 +39,19 @@ func (r *runner) filteredReads(ctx context.Context) error {
 	return r.readStage(ctx, true)
 }
 
+// plainReaders are the read stage's readers, each read once: first reads
+// build their feeds and warm the post cache.
+func (r *runner) plainReaders(ctx context.Context) ([]int64, error) {
+	readers := make([]int64, r.opts.Readers)
+	for i := range readers {
+		readers[i] = int64(readerBase + i)
+		if err := r.readFeed(ctx, readers[i]); err != nil {
+			return nil, err
+		}
+	}
+	return readers, nil
+}
+
 // readSide is one kind of read measured in each run: its reads/s, every
 // read's latency and each run's cost.
 type readSide struct {
@@ -67,18 +80,12 @@ func (r *runner) measureReads(ctx context.Context, side *readSide, readers []int
 }
 
 func (r *runner) readStage(ctx context.Context, filtered bool) error {
-	readers := make([]int64, r.opts.Readers)
-	for i := range readers {
-		readers[i] = int64(readerBase + i)
-	}
-	for _, u := range readers { // first reads build the feeds and warm the post cache
-		if err := r.readFeed(ctx, u); err != nil {
-			return err
-		}
+	readers, err := r.plainReaders(ctx)
+	if err != nil {
+		return err
 	}
 	var scenario *filteredScenario
 	if filtered {
-		var err error
 		if scenario, err = r.seedFiltered(ctx); err != nil {
 			return err
 		}
