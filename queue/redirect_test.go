@@ -2,7 +2,6 @@ package queue_test
 
 import (
 	"context"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -54,32 +53,14 @@ func TestCommandsFollowAskAndMoved(t *testing.T) {
 	require.NoError(t, err)
 	owner, err := rdb.MasterForKey(ctx, key)
 	require.NoError(t, err)
-	var addrs []string
-	require.NoError(t, rdb.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
-		addrs = append(addrs, m.Options().Addr)
-		return nil
-	}))
-	src := adminNode(t, owner.Options().Addr)
-	var dst *redis.Client
-	var others []*redis.Client
-	for _, a := range addrs {
-		switch {
-		case a == src.Options().Addr:
-		case dst == nil:
-			dst = adminNode(t, a)
-		default:
-			others = append(others, adminNode(t, a))
-		}
-	}
-	require.NotNil(t, dst, "a second primary")
-	m := slotMove{t: t, slot: int(slot), from: src, to: dst, others: others}
-	t.Cleanup(m.undo)
+	m := testenv.NewSlotMove(t, int(slot), owner.Options().Addr)
+	src, dst := m.From, m.To
 
 	publish(t, q, makeEvents(1, 2))
 	asked := errorCount(t, src, "ASK")
 
 	// Half a move: the stream is on dst, the slot still src's.
-	m.begin()
+	m.Begin()
 	n, err := asking(ctx, dst, func(p redis.Pipeliner) *redis.IntCmd { return p.Exists(ctx, key) }).Result()
 	require.NoError(t, err)
 	require.EqualValues(t, 1, n, "the stream is on %s now", dst.Options().Addr)
@@ -109,7 +90,7 @@ func TestCommandsFollowAskAndMoved(t *testing.T) {
 	// The move finished: the slot is dst's, and the client's map, reloaded
 	// after the last ASK (a reload waits 200 ms before the next), is stale.
 	time.Sleep(500 * time.Millisecond)
-	m.finish()
+	m.Finish()
 	met.reset()
 	publish(t, q, makeEvents(5, 1))
 	got = read(t, q, "a", 10)
@@ -177,15 +158,6 @@ func (r *redirections) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	}
 }
 
-// adminNode is a plain client of one node of the cluster, for the commands
-// that move a slot.
-func adminNode(t *testing.T, addr string) *redis.Client {
-	t.Helper()
-	node := redis.NewClient(&redis.Options{Addr: addr})
-	t.Cleanup(func() { _ = node.Close() })
-	return node
-}
-
 // asking sends cmd to node after ASKING, in one pipeline (one connection),
 // so that an importing node answers for a key of the slot it imports.
 func asking[C redis.Cmder](ctx context.Context, node *redis.Client, cmd func(p redis.Pipeliner) C) C {
@@ -211,125 +183,4 @@ func errorCount(t *testing.T, node *redis.Client, kind string) int {
 		}
 	}
 	return 0
-}
-
-// slotMove moves one slot from one primary to another as redis-cli does:
-// IMPORTING on the target, MIGRATING on the source, MIGRATE of its keys,
-// then the slot given to the target (the target first, then the others).
-type slotMove struct {
-	t        *testing.T
-	slot     int
-	from, to *redis.Client
-	others   []*redis.Client
-}
-
-func (m slotMove) begin() {
-	m.t.Helper()
-	require.NoError(m.t, m.setSlot(m.to, "IMPORTING", m.from))
-	require.NoError(m.t, m.setSlot(m.from, "MIGRATING", m.to))
-	require.NoError(m.t, m.migrateKeys())
-}
-
-func (m slotMove) finish() {
-	m.t.Helper()
-	for _, node := range append([]*redis.Client{m.to, m.from}, m.others...) {
-		require.NoError(m.t, m.setSlot(node, "NODE", m.to))
-	}
-}
-
-// undo gives the slot back to its first owner, with its keys, from
-// whatever state the test left it in.
-func (m slotMove) undo() {
-	ctx := context.Background()
-	// Finish the move to m.to where it was begun (each step may have been
-	// done already: their errors say so), then move it back.
-	_ = m.setSlot(m.to, "IMPORTING", m.from)
-	_ = m.setSlot(m.from, "MIGRATING", m.to)
-	back := slotMove{t: m.t, slot: m.slot, from: m.to, to: m.from, others: m.others}
-	err := m.migrateKeys()
-	for _, node := range append([]*redis.Client{m.to, m.from}, m.others...) {
-		if err == nil {
-			err = m.setSlot(node, "NODE", m.to)
-		}
-	}
-	if err == nil {
-		err = back.setSlot(back.to, "IMPORTING", back.from)
-	}
-	if err == nil {
-		err = back.setSlot(back.from, "MIGRATING", back.to)
-	}
-	if err == nil {
-		err = back.migrateKeys()
-	}
-	for _, node := range append([]*redis.Client{back.to, back.from}, back.others...) {
-		if err == nil {
-			err = back.setSlot(node, "NODE", back.to)
-		}
-	}
-	if err != nil {
-		m.t.Errorf("give slot %d back to %s: %v (redis-cli --cluster fix 127.0.0.1:7000 repairs it)", m.slot, m.from.Options().Addr, err)
-		return
-	}
-	// Until every node says so, other clients may be sent back and forth.
-	deadline := time.Now().Add(10 * time.Second)
-	for _, node := range append([]*redis.Client{m.from, m.to}, m.others...) {
-		for time.Now().Before(deadline) {
-			owner, err := slotOwner(ctx, node, m.slot)
-			if err == nil && owner == m.from.Options().Addr {
-				break
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-}
-
-func (m slotMove) setSlot(node *redis.Client, state string, other *redis.Client) error {
-	id, err := other.Do(context.Background(), "CLUSTER", "MYID").Text()
-	if err != nil {
-		return err
-	}
-	return node.Do(context.Background(), "CLUSTER", "SETSLOT", m.slot, state, id).Err()
-}
-
-// migrateKeys moves every key of the slot from m.from to m.to.
-func (m slotMove) migrateKeys() error {
-	ctx := context.Background()
-	host, port, err := net.SplitHostPort(m.to.Options().Addr)
-	if err != nil {
-		return err
-	}
-	for {
-		keys, err := m.from.ClusterGetKeysInSlot(ctx, m.slot, 100).Result()
-		if err != nil || len(keys) == 0 {
-			return err
-		}
-		args := []any{"MIGRATE", host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if err := m.from.Do(ctx, args...).Err(); err != nil {
-			return err
-		}
-	}
-}
-
-// slotOwner returns the address of the primary that node says owns slot.
-func slotOwner(ctx context.Context, node *redis.Client, slot int) (string, error) {
-	shards, err := node.ClusterShards(ctx).Result()
-	if err != nil {
-		return "", err
-	}
-	for _, sh := range shards {
-		for _, r := range sh.Slots {
-			if int(r.Start) > slot || slot > int(r.End) {
-				continue
-			}
-			for _, n := range sh.Nodes {
-				if n.Role == "master" {
-					return net.JoinHostPort(n.IP, strconv.FormatInt(n.Port, 10)), nil
-				}
-			}
-		}
-	}
-	return "", nil
 }
