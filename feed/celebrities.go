@@ -43,7 +43,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, e domain.Entry) error {
 	since := f.replicas.Begin(ctx, f.keys.pulled(), f.keys.timeline(authorID))
 	err := f.rdb.SAdd(ctx, f.keys.pulled(), authorID).Err()
 	if err == nil {
-		_, err = f.runOverKeys(ctx, pushScript, f.keys.timelineSet(authorID).list(), 3, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), "", 0, 0, flag(false))
+		_, err = f.runOverKeys(ctx, pushScript, f.keys.timelineSet(authorID).list(), 3, true, postID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), "", 0, 0, flag(false))
 	}
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -58,7 +58,7 @@ func (f *Feeds) AddToTimeline(ctx context.Context, e domain.Entry) error {
 func (f *Feeds) RemoveFromTimeline(ctx context.Context, e domain.Entry) error {
 	authorID, postID := e.AuthorID, e.PostID
 	since := f.replicas.Begin(ctx, f.keys.timeline(authorID))
-	_, err := f.runOverKeys(ctx, removeScript, f.keys.timelineSet(authorID).list(), 3, postID)
+	_, err := f.runOverKeys(ctx, removeScript, f.keys.timelineSet(authorID).list(), 3, true, postID)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}

@@ -91,7 +91,8 @@ type Config struct {
 	// RecommendedFollowingThreshold.
 	FollowingThreshold int64
 	// Cluster tells that Redis is a Redis Cluster, where one script call
-	// cannot touch the feeds of many users. Defaults to false.
+	// touches the feeds of one primary only (see planCalls). Defaults to
+	// false.
 	Cluster bool
 	// WaitReplicas is how many replicas of each primary written to must
 	// have a fan-out's writes before they count as done (redis.wait_replicas):

@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/redis/go-redis/v9"
+	"go.uber.org/zap"
 
 	"github.com/newsfeed/newsfeed/domain"
 )
@@ -40,7 +40,18 @@ func (f *Feeds) Push(ctx context.Context, e domain.Entry, followers []int64, asO
 	if err := f.order.acquire(ctx, e.PostID); err != nil {
 		return domain.PushResult{}, fmt.Errorf("push post %d to feeds: %w", e.PostID, err)
 	}
-	res, err := f.push(ctx, e, followers, metas, asOf, first)
+	res, err := f.push(ctx, e, followers, metas, asOf, first, false)
+	if err != nil && f.cfg.Cluster && ctx.Err() == nil {
+		// A primary refuses a call on a slot it no longer serves (a reshard
+		// or a failover since the client read the slot map), having
+		// written the sets before it: the push runs again a set a call,
+		// routed by its keys (the client follows the redirections), as a
+		// redelivery would — not first, so that no feed takes the post twice.
+		f.log.Debug("push by primary failed; pushing set by set", zap.Int64("post_id", e.PostID), zap.Error(err))
+		again, againErr := f.push(ctx, e, followers, metas, asOf, false, true)
+		again.Added += res.Added
+		res, err = again, againErr
+	}
 	f.order.release()
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
@@ -51,50 +62,40 @@ func (f *Feeds) Push(ctx context.Context, e domain.Entry, followers []int64, asO
 	return res, nil
 }
 
-func (f *Feeds) push(ctx context.Context, e domain.Entry, followers []int64, metas []string, asOf int64, first bool) (domain.PushResult, error) {
-	per := maxScriptKeys
-	if f.cfg.Cluster {
-		per = 1 // a script touches one slot
-	}
-	calls := (len(followers) + per - 1) / per
+func (f *Feeds) push(ctx context.Context, e domain.Entry, followers []int64, metas []string, asOf int64, first, perSet bool) (domain.PushResult, error) {
+	calls, order := f.planCalls(ctx, len(followers), func(i int) string { return metas[i] }, perSet)
+	followers, metas = reorder(followers, order), reorder(metas, order)
 	var res domain.PushResult
 	var full, spills []int64 // for the second step
-	for start := 0; start < calls; start += maxPipeline {
-		group := func(i int) (from, to int) {
-			c := start + i
-			return c * per, min((c+1)*per, len(followers))
+	cmds, err := f.runScripts(ctx, appendScript, calls, func(c scriptCall) []string {
+		keys := make([]string, 0, 2*(c.to-c.from))
+		keys = append(keys, metas[c.from:c.to]...)
+		for _, u := range followers[c.from:c.to] {
+			keys = append(keys, f.keys.feedHead(u))
 		}
-		cmds, err := f.runScripts(ctx, appendScript, min(maxPipeline, calls-start), func(i int) []string {
-			from, to := group(i)
-			keys := make([]string, 0, 2*(to-from))
-			keys = append(keys, metas[from:to]...)
-			for _, u := range followers[from:to] {
-				keys = append(keys, f.keys.feedHead(u))
-			}
-			return keys
-		}, e.PostID, spillAt(f.cfg.MaxLen), asOf, flag(first), 1)
-		for i, c := range cmds {
-			if c.Err() != nil {
-				continue
-			}
-			from, to := group(i)
-			lists, perr := placeLists(c.Val(), to-from, 4)
-			if perr != nil {
-				return res, perr
-			}
-			res.Added += len(lists[0])
-			for k, into := range []*[]int64{&res.Holders, &full, &spills, &res.Missing} {
-				for _, j := range lists[k] {
-					*into = append(*into, followers[from+int(j)-1])
-				}
-			}
+		return keys
+	}, e.PostID, spillAt(f.cfg.MaxLen), asOf, flag(first), 1)
+	for i, c := range cmds {
+		if c == nil || c.Err() != nil {
+			continue
 		}
-		if err != nil {
-			return res, err
+		from, to := calls[i].from, calls[i].to
+		lists, perr := placeLists(c.Val(), to-from, 4)
+		if perr != nil {
+			return res, perr
+		}
+		res.Added += len(lists[0])
+		for k, into := range []*[]int64{&res.Holders, &full, &spills, &res.Missing} {
+			for _, j := range lists[k] {
+				*into = append(*into, followers[from+int(j)-1])
+			}
 		}
 	}
+	if err != nil {
+		return res, err
+	}
 	if len(full) > 0 {
-		if err := f.pushEach(ctx, e, full, asOf, first, &res); err != nil {
+		if err := f.pushEach(ctx, e, full, asOf, first, perSet, &res); err != nil {
 			return res, err
 		}
 	}
@@ -103,7 +104,7 @@ func (f *Feeds) push(ctx context.Context, e domain.Entry, followers []int64, met
 		for _, u := range spills {
 			keys = append(keys, f.keys.feedSet(u).list()...)
 		}
-		if _, err := f.runOverKeys(ctx, spillScript, keys, 3, f.cfg.MaxLen, spillAt(f.cfg.MaxLen)); err != nil {
+		if _, err := f.runOverKeys(ctx, spillScript, keys, 3, perSet, f.cfg.MaxLen, spillAt(f.cfg.MaxLen)); err != nil {
 			return res, err
 		}
 	}
@@ -112,46 +113,33 @@ func (f *Feeds) push(ctx context.Context, e domain.Entry, followers []int64, met
 
 // pushEach runs pushScript on the feeds of readers (those appendScript
 // left), adding what it did to res.
-func (f *Feeds) pushEach(ctx context.Context, e domain.Entry, readers []int64, asOf int64, first bool, res *domain.PushResult) error {
-	per := maxScriptKeys
-	if f.cfg.Cluster {
-		per = 1
-	}
-	calls := (len(readers) + per - 1) / per
-	for start := 0; start < calls; start += maxPipeline {
-		group := func(i int) (from, to int) {
-			c := start + i
-			return c * per, min((c+1)*per, len(readers))
+func (f *Feeds) pushEach(ctx context.Context, e domain.Entry, readers []int64, asOf int64, first, perSet bool, res *domain.PushResult) error {
+	calls, order := f.planCalls(ctx, len(readers), func(i int) string { return f.keys.feed(readers[i]) }, perSet)
+	readers = reorder(readers, order)
+	cmds, err := f.runScripts(ctx, pushScript, calls, func(c scriptCall) []string {
+		keys := make([]string, 0, 4*(c.to-c.from))
+		for _, u := range readers[c.from:c.to] {
+			keys = append(keys, append(f.keys.feedSet(u).list(), f.keys.following(u))...)
 		}
-		cmds, err := f.runScripts(ctx, pushScript, min(maxPipeline, calls-start), func(i int) []string {
-			from, to := group(i)
-			keys := make([]string, 0, 4*(to-from))
-			for _, u := range readers[from:to] {
-				keys = append(keys, append(f.keys.feedSet(u).list(), f.keys.following(u))...)
-			}
-			return byKind(keys, 4)
-		}, e.PostID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), e.AuthorID, f.buildTTLSeconds(), asOf, flag(first))
-		for i, c := range cmds {
-			if c.Err() != nil {
-				continue // counted once the retry succeeds
-			}
-			from, to := group(i)
-			added, lists, perr := pushResult(c.Val(), to-from)
-			if perr != nil {
-				return perr
-			}
-			res.Added += added
-			for k, into := range []*[]int64{&res.Holders, &res.Missing} {
-				for _, j := range lists[k] {
-					*into = append(*into, readers[from+int(j)-1])
-				}
-			}
+		return byKind(keys, 4)
+	}, e.PostID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), e.AuthorID, f.buildTTLSeconds(), asOf, flag(first))
+	for i, c := range cmds {
+		if c == nil || c.Err() != nil {
+			continue // counted once the retry succeeds
 		}
-		if err != nil {
-			return err
+		from, to := calls[i].from, calls[i].to
+		added, lists, perr := pushResult(c.Val(), to-from)
+		if perr != nil {
+			return perr
+		}
+		res.Added += added
+		for k, into := range []*[]int64{&res.Holders, &res.Missing} {
+			for _, j := range lists[k] {
+				*into = append(*into, readers[from+int(j)-1])
+			}
 		}
 	}
-	return nil
+	return err
 }
 
 // pushResult reads pushScript's answer for a call on n sets: how many
@@ -206,7 +194,7 @@ func (f *Feeds) Remove(ctx context.Context, users []int64, postIDs []int64) erro
 		keys = append(keys, f.keys.feedSet(u).list()...)
 	}
 	since := f.replicas.Begin(ctx, keys...)
-	_, err := f.runOverKeys(ctx, removeScript, keys, 3, int64sToArgs(postIDs)...)
+	_, err := f.runOverKeys(ctx, removeScript, keys, 3, true, int64sToArgs(postIDs)...)
 	if err == nil {
 		err = f.replicas.Wait(ctx, since)
 	}
@@ -250,98 +238,6 @@ func (f *Feeds) Drop(ctx context.Context, userID int64) error {
 func (f *Feeds) drop(ctx context.Context, userID int64, also ...string) error {
 	keys := append(f.keys.feedSet(userID).list(), f.keys.following(userID), f.keys.celebrities(userID))
 	return f.rdb.Del(ctx, append(keys, also...)...).Err()
-}
-
-// runOverKeys runs a script that changes many sets alike, whose keys come
-// in groups of keysPer (a set's meta, head and tail, and for a feed its
-// reader's following hash; each call takes its KEYS kind by kind, byKind):
-// one call
-// per maxScriptKeys groups on a single Redis, one call per group on a Redis
-// Cluster (a script may only touch keys of one slot, and the keys of a group
-// share one), in pipelines of at most maxPipeline calls. It returns the sum
-// of the results of the calls that ran — also when some failed, so that what
-// they wrote is counted once even though the caller will try again. (The
-// callers wait for the replicas, with WaitReplicas.)
-func (f *Feeds) runOverKeys(ctx context.Context, s *redis.Script, keys []string, keysPer int, args ...any) (int, error) {
-	per := maxScriptKeys * keysPer
-	if f.cfg.Cluster {
-		per = keysPer
-	}
-	calls := (len(keys) + per - 1) / per
-	total := 0
-	for first := 0; first < calls; first += maxPipeline {
-		cmds, err := f.runScripts(ctx, s, min(maxPipeline, calls-first), func(i int) []string {
-			c := first + i
-			return byKind(keys[c*per:min((c+1)*per, len(keys))], keysPer)
-		}, args...)
-		for _, c := range cmds {
-			if c.Err() == nil {
-				n, _ := c.Int()
-				total += n
-			}
-		}
-		if err != nil {
-			return total, err
-		}
-	}
-	return total, nil
-}
-
-// byKind lays out keys, given in groups of keysPer (one set's keys), kind
-// by kind: the first key of every group, then the second of every group, and
-// so on — how the scripts take them, so that they read all the first keys
-// (the metas) in one MGET of a run of KEYS, with no table to build.
-func byKind(keys []string, keysPer int) []string {
-	if keysPer == 1 || len(keys) == keysPer {
-		return keys
-	}
-	groups := len(keys) / keysPer
-	out := make([]string, len(keys))
-	for g := range groups {
-		for k := range keysPer {
-			out[k*groups+g] = keys[g*keysPer+k]
-		}
-	}
-	return out
-}
-
-// runScripts sends n calls of s in one pipeline, the i-th on keysOf(i), by
-// its SHA. Redis forgets scripts when it restarts, and a replica promoted by
-// a failover never had them: the calls that got NOSCRIPT are sent again with
-// the script's body (EVAL, which also caches it on that node), and the calls
-// that succeeded keep their results. (Resending the whole pipeline would be
-// safe — every call is idempotent — but the calls that had succeeded would
-// then report 0, and what they wrote would go uncounted.)
-func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, n int, keysOf func(i int) []string, args ...any) ([]*redis.Cmd, error) {
-	cmds := make([]*redis.Cmd, n)
-	_, err := f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for i := range n {
-			cmds[i] = s.EvalSha(ctx, p, keysOf(i), args...)
-		}
-		return nil
-	})
-	if err == nil {
-		return cmds, nil
-	}
-	var again []int
-	for i, c := range cmds {
-		if e := c.Err(); e != nil {
-			if !isNoScript(e) {
-				return cmds, err
-			}
-			again = append(again, i)
-		}
-	}
-	if len(again) == 0 {
-		return cmds, err
-	}
-	_, err = f.rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-		for _, i := range again {
-			cmds[i] = s.Eval(ctx, p, keysOf(i), args...)
-		}
-		return nil
-	})
-	return cmds, err
 }
 
 // flag is a boolean as the scripts take it.

@@ -21,8 +21,9 @@ local id = tonumber(ARGV[1])
 local e = pack(id)
 local spillAt, asOf = tonumber(ARGV[2]), tonumber(ARGV[3])
 local first, feeds = ARGV[4] == '1', ARGV[5] == '1'
-local n = #KEYS / 2
-local values = redis.call('MGET', unpack(KEYS, 1, n))
+local keys, manySlots = callKeys(5)
+local n = #keys / 2
+local values = metasOf(keys, n, manySlots)
 local held, full, spills, missing = {}, {}, {}, {}
 for j = 1, n do
   local v = values[j]
@@ -32,12 +33,12 @@ for j = 1, n do
       -- not a set of this layout: nothing to push into
     elseif first and id > tailMax and bit.band(flags, BUILDING) == 0 and not (feeds and metaAsOf >= asOf)
         and (tailN > 0 or bit.band(flags, WHOLE + COMPLETE) ~= COMPLETE) then
-      local length = redis.call('APPEND', KEYS[n + j], e)
+      local length = redis.call('APPEND', keys[n + j], e)
       if (length - 1) % 8 ~= 0 then
         -- The head was lost, and the APPEND made a new one (no 0xF2, no time
         -- to live): the set goes at once, meta and head (its tail expires
         -- with the time to live it has, and the next rebuild deletes it).
-        redis.call('DEL', KEYS[j], KEYS[n + j])
+        redis.call('DEL', keys[j], keys[n + j])
       else
         held[#held + 1] = j
         if (length - 1) / 8 >= spillAt then spills[#spills + 1] = j end

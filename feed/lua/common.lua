@@ -50,6 +50,31 @@ local function getSet(mk, hk)
   return parseSet(v[1], v[2])
 end
 
+-- The keys of a call, and whether they span slots. A call on one Redis, or
+-- on one slot of a Redis Cluster, declares them (KEYS). A call on a
+-- cluster primary for the sets of many slots cannot — a call's KEYS must
+-- share one slot — and passes them in ARGV after the script's own nargs
+-- arguments instead. Redis lets a script without flags touch undeclared
+-- keys of every slot its node serves; a key of a slot it does not serve
+-- (moved, or moving) fails the call there, and the caller runs it again
+-- set by set (see Feeds.runScripts).
+local function callKeys(nargs)
+  if #KEYS > 0 then return KEYS, false end
+  local ks = {}
+  for i = nargs + 1, #ARGV do ks[#ks + 1] = ARGV[i] end
+  return ks, true
+end
+
+-- The values of ks[1..n] (the metas of n sets): one MGET, or one MGET a
+-- key when they span slots, as no command may. (MGET, unlike GET, answers
+-- false for a key of another type.)
+local function metasOf(ks, n, manySlots)
+  if not manySlots then return redis.call('MGET', unpack(ks, 1, n)) end
+  local values = {}
+  for j = 1, n do values[j] = redis.call('MGET', ks[j])[1] end
+  return values
+end
+
 -- Writes a set's meta and head back; both keep their time to live.
 local function putSet(mk, hk, h)
   redis.call('SET', mk, metaValue(h), 'KEEPTTL')

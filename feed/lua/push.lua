@@ -37,9 +37,8 @@
 -- it if the reader does not follow the author.
 --
 -- One call serves a page of followers, so the cost of running a script is
--- paid once per page instead of once per follower; in a Redis Cluster,
--- where a script may only touch keys of one slot, it is called with one
--- feed at a time. It returns how many sets gained the post (a first push
+-- paid once per page instead of once per follower; on a Redis Cluster, once
+-- per primary and page (its sets' keys in ARGV: see callKeys). It returns how many sets gained the post (a first push
 -- counts the feeds it appended to) and the places in KEYS (from 1) of the
 -- sets that hold it now — those that gained it or had it already: a live
 -- stream shows the post to their readers, and to no one else — and of
@@ -54,9 +53,10 @@ local maxWalk = 16
 local author = ARGV[4]
 local asOf = tonumber(ARGV[6])
 local first = ARGV[7] == '1'
-local n = #KEYS / 3 -- sets
-if author ~= '' then n = #KEYS / 4 end
-local values = redis.call('MGET', unpack(KEYS, 1, n)) -- the metas
+local keys, manySlots = callKeys(7)
+local n = #keys / 3 -- sets
+if author ~= '' then n = #keys / 4 end
+local values = metasOf(keys, n, manySlots)
 local added, held, missing = 0, {}, {}
 -- appends the post to the head, and spills a head that is full now; true
 -- when the set holds the post
@@ -78,7 +78,7 @@ for j = 1, n do
     magic, flags, metaAsOf, tailN, tailMax = struct.unpack(META, v)
   end
   if magic == MAGIC then
-    local mk, hk, tk, fk = KEYS[j], KEYS[n + j], KEYS[2 * n + j], KEYS[3 * n + j]
+    local mk, hk, tk, fk = keys[j], keys[n + j], keys[2 * n + j], keys[3 * n + j]
     local ok = true
     if author ~= '' and (bit.band(flags, BUILDING) ~= 0 or metaAsOf >= asOf) then
       if (tonumber(redis.call('HGET', fk, author)) or 0) <= 0 then

@@ -6,9 +6,10 @@
 -- first (appendScript) filled them.
 local maxlen, spillAt = tonumber(ARGV[1]), tonumber(ARGV[2])
 local keep = math.max(math.floor(spillAt / 4), 1)
-local n = #KEYS / 3
+local keys = callKeys(2)
+local n = #keys / 3
 for j = 1, n do
-  local mk, hk, tk = KEYS[j], KEYS[n + j], KEYS[2 * n + j]
+  local mk, hk, tk = keys[j], keys[n + j], keys[2 * n + j]
   if redis.call('STRLEN', hk) >= 1 + 8 * spillAt then spill(mk, hk, tk, maxlen, keep) end
 end
 return 0
