@@ -98,3 +98,21 @@ func (p Post) Authors() (author, original int64, ok bool) {
 	}
 	return raw.AuthorID, original, true
 }
+
+// PostFacts is what a post's fan-out reads before its pages of followers,
+// in one round trip to PostgreSQL's primary.
+type PostFacts struct {
+	// Found: the post exists (deleted or not), by AuthorID.
+	Found    bool
+	AuthorID int64
+	Deleted  bool
+	// Followers is the author's follower count (maintained), and Pulled
+	// whether their posts were ever pulled at read time (a celebrity, now
+	// or before).
+	Followers int64
+	Pulled    bool
+	// WritePosition is how far the primary's write-ahead log went at the
+	// read: a page of followers read after it sees every change committed
+	// before it.
+	WritePosition int64
+}

@@ -23,10 +23,11 @@ import (
 // one that pushes (or any push of a former celebrity's post, whose earlier
 // handling may have been a pull) marks the post pushed for good.
 func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostPayload) (outcome, error) {
-	if ok, err := w.deliverable(ctx, p.PostID, p.AuthorID); !ok {
+	facts, ok, err := w.deliverable(ctx, p.PostID, p.AuthorID)
+	if !ok {
 		return outcomeDone, err
 	}
-	out, err := w.pushToReaders(ctx, t, p)
+	out, err := w.pushToReaders(ctx, t, p, facts)
 	if err != nil {
 		return out, err
 	}
@@ -38,11 +39,8 @@ func (w *Worker) pushPost(ctx context.Context, t domain.Delivery, p domain.PostP
 
 // pushToReaders delivers a new post to its readers: the timeline of a
 // celebrity, else the followers' feeds, in chunks when they are many.
-func (w *Worker) pushToReaders(ctx context.Context, t domain.Delivery, p domain.PostPayload) (outcome, error) {
-	followers, pulled, err := w.graph.Reach(ctx, p.AuthorID)
-	if err != nil {
-		return outcomeDone, err
-	}
+func (w *Worker) pushToReaders(ctx context.Context, t domain.Delivery, p domain.PostPayload, facts domain.PostFacts) (outcome, error) {
+	followers, pulled := facts.Followers, facts.Pulled
 	first := firstDelivery(t)
 	if w.feeds.IsCelebrity(followers) { // pulled at read time: one write, not millions
 		if !pulled {
@@ -76,7 +74,7 @@ func (w *Worker) pushToReaders(ctx context.Context, t domain.Delivery, p domain.
 	if followers > int64(w.cfg.ChunkSize) {
 		return w.split(ctx, t.ID, p)
 	}
-	return outcomeDone, w.push(ctx, domain.Entry(p), 0, 0, first)
+	return outcomeDone, w.push(ctx, domain.Entry(p), 0, 0, first, facts.WritePosition)
 }
 
 // pushOwn puts the entry into its author's own feed, which holds their
@@ -127,25 +125,23 @@ func (w *Worker) split(ctx context.Context, eventID int64, p domain.PostPayload)
 }
 
 func (w *Worker) pushChunk(ctx context.Context, t domain.Delivery, c domain.ChunkPayload) error {
-	if ok, err := w.deliverable(ctx, c.PostID, c.AuthorID); !ok {
+	facts, ok, err := w.deliverable(ctx, c.PostID, c.AuthorID)
+	if !ok {
 		return err
 	}
-	return w.push(ctx, domain.Entry{PostID: c.PostID, AuthorID: c.AuthorID}, c.After, c.Until, firstDelivery(t))
+	return w.push(ctx, domain.Entry{PostID: c.PostID, AuthorID: c.AuthorID}, c.After, c.Until, firstDelivery(t), facts.WritePosition)
 }
 
 // push writes entry e into the feeds of its author's followers in (after,
-// until] (until 0: no bound). first: see Feeds.Push. The live streams are
+// until] (until 0: no bound). first and asOf: see Feeds.Push; asOf is the
+// write position read before the pages (domain.PostFacts): a feed whose
+// reader unfollowed someone, or was rebuilt, after it is checked against
+// whom they follow now. The live streams are
 // told of the readers whose feed holds the entry, not of the whole page: a
 // reader whose feed refused it (an unfollow since the page was read) would
 // be shown a post the feed does not have. A reader whose feed is not in
 // Redis is told to read it again (which rebuilds it from PostgreSQL).
-func (w *Worker) push(ctx context.Context, e domain.Entry, after, until int64, first bool) error {
-	// Read before the pages: a feed whose reader unfollowed someone, or was
-	// rebuilt, after this point is checked against whom they follow now.
-	asOf, err := w.graph.WritePosition(ctx)
-	if err != nil {
-		return err
-	}
+func (w *Worker) push(ctx context.Context, e domain.Entry, after, until int64, first bool, asOf int64) error {
 	return w.eachFollowerPage(ctx, e.AuthorID, after, until, func(ctx context.Context, followers []int64) error {
 		failpoint.Hit(ctx, failpoint.BeforePush)
 		res, err := w.feeds.Push(ctx, e, followers, asOf, first)
@@ -213,13 +209,20 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until in
 			until = math.MaxInt64
 		}
 		for {
-			ids, err := w.graph.FollowerIDRange(ctx, authorID, after, until, w.cfg.PageSize)
+			// One follower past the page says whether another follows: a
+			// fan-out whose followers fill its last page exactly reads no
+			// empty page after it.
+			ids, err := w.graph.FollowerIDRange(ctx, authorID, after, until, w.cfg.PageSize+1)
+			more := len(ids) > w.cfg.PageSize
+			if more {
+				ids = ids[:w.cfg.PageSize]
+			}
 			select {
 			case pages <- page{ids, err}:
 			case <-ctx.Done():
 				return
 			}
-			if err != nil || len(ids) < w.cfg.PageSize {
+			if err != nil || !more {
 				return
 			}
 			after = ids[len(ids)-1]
@@ -242,18 +245,19 @@ func (w *Worker) eachFollowerPage(ctx context.Context, authorID, after, until in
 	return unavailable
 }
 
-// deliverable checks that the post is there to deliver: missing is an error
-// worth retrying (a replica may lag, an operator may restore it), by
-// somebody else is a malformed event, deleted is nothing to do.
-func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (bool, error) {
-	author, deleted, found, err := w.graph.PostStatus(ctx, postID)
+// deliverable reads the post's facts and checks that it is there to
+// deliver: missing is an error worth retrying (a replica may lag, an
+// operator may restore it), by somebody else is a malformed event, deleted
+// is nothing to do.
+func (w *Worker) deliverable(ctx context.Context, postID, authorID int64) (domain.PostFacts, bool, error) {
+	facts, err := w.graph.PostFacts(ctx, postID)
 	switch {
 	case err != nil:
-		return false, err
-	case !found:
-		return false, fmt.Errorf("post %d does not exist", postID)
-	case author != authorID:
-		return false, permanent("post %d is by user %d, not %d", postID, author, authorID)
+		return facts, false, err
+	case !facts.Found:
+		return facts, false, fmt.Errorf("post %d does not exist", postID)
+	case facts.AuthorID != authorID:
+		return facts, false, permanent("post %d is by user %d, not %d", postID, facts.AuthorID, authorID)
 	}
-	return !deleted, nil // a deleted post: post.deleted cleans what was
+	return facts, !facts.Deleted, nil // a deleted post: post.deleted cleans what was
 }

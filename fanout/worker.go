@@ -37,23 +37,18 @@ type Graph interface {
 	// ChunkBoundaries returns the follower ids that end each full chunk of
 	// size followers, ascending.
 	ChunkBoundaries(ctx context.Context, authorID int64, size int) ([]int64, error)
-	// WritePosition returns how far the primary's write-ahead log goes: a
-	// page of followers read after the call sees every change committed
-	// before it.
-	WritePosition(ctx context.Context) (int64, error)
 	// FollowState returns whether follower follows followee now, with the
 	// version of the follower's graph it was read at.
 	FollowState(ctx context.Context, follower, followee int64) (domain.EdgeState, error)
 	// HideStates returns whether each of the two users' feeds hides the
 	// other now, with the versions of their graphs.
 	HideStates(ctx context.Context, a, b int64) ([]domain.HideState, error)
-	// Reach returns how many followers a user has (a maintained count) and
-	// whether their posts were ever pulled at read time.
-	Reach(ctx context.Context, userID int64) (followers int64, pulled bool, err error)
 	// MarkPulled records, for good, that a user's posts are pulled at read time.
 	MarkPulled(ctx context.Context, userID int64) error
-	// PostStatus tells whether a post exists, its author and whether it is deleted.
-	PostStatus(ctx context.Context, postID int64) (authorID int64, deleted, found bool, err error)
+	// PostFacts tells, in one round trip, whether a post exists, its author,
+	// whether it is deleted, the author's reach, and the write position
+	// before which every change is seen by the pages read after it.
+	PostFacts(ctx context.Context, postID int64) (domain.PostFacts, error)
 	// MarkPostPulled records that a post went to its author's timeline and
 	// to no feed, if eventID (its post.created) was not handled before.
 	MarkPostPulled(ctx context.Context, postID, eventID int64) error

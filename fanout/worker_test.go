@@ -1293,3 +1293,45 @@ func (b *testBundle) failuresOf(t *testing.T, id int64) int {
 	require.NoError(t, b.pool.QueryRow(t.Context(), "SELECT failures FROM outbox WHERE id = $1", id).Scan(&n))
 	return n
 }
+
+// pageCountingGraph is the store, counting the pages of followers read.
+type pageCountingGraph struct {
+	*store.DB
+	pages atomic.Int64
+}
+
+func (g *pageCountingGraph) FollowerIDRange(ctx context.Context, authorID, after, until int64, limit int) ([]int64, error) {
+	g.pages.Add(1)
+	return g.DB.FollowerIDRange(ctx, authorID, after, until, limit)
+}
+
+// A fan-out reads its followers a page at a time, and one follower past the
+// page tells whether another page follows: followers that fill their last
+// page exactly cost no empty page after it (a round trip per post when a
+// page was read until one came back short).
+func TestFollowerPagesReadOnce(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		followers int64
+		pages     int64
+	}{{14, 2}, {15, 3}, {6, 1}} {
+		t.Run(fmt.Sprintf("%dFollowersInPagesOf7", c.followers), func(t *testing.T) {
+			t.Parallel()
+			_, b := setup(t, fanout.Config{}, feed.Config{})
+			graph := &pageCountingGraph{DB: b.db}
+			w, err := fanout.New(graph, b.feeds, b.db, b.queue, fanout.Config{PageSize: 7, Consumer: "pages", Metrics: b.metrics, ShutdownTimeout: 5 * time.Second})
+			require.NoError(t, err)
+			const author = int64(1)
+			followers := userRange(2, 1+c.followers)
+			b.follow(t, author, followers)
+			b.buildFeeds(t, followers)
+			run(t, w)
+			postID := b.post(t, author)
+			b.deliver(t)
+			for _, u := range followers {
+				require.Equal(t, []int64{postID}, b.feedPosts(t, u), "follower %d", u)
+			}
+			require.Equal(t, c.pages, graph.pages.Load(), "pages of followers read")
+		})
+	}
+}

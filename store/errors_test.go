@@ -100,9 +100,9 @@ func TestUnreachableDatabase(t *testing.T) {
 			_, err := db.Post(ctx, 7)
 			return err
 		}},
-		{"post 7 status", func(ctx context.Context) error {
-			_, _, found, err := db.PostStatus(ctx, 7)
-			require.False(t, found)
+		{"post 7 facts", func(ctx context.Context) error {
+			f, err := db.PostFacts(ctx, 7)
+			require.False(t, f.Found)
 			return err
 		}},
 		{"get posts by id", func(ctx context.Context) error {
@@ -181,9 +181,9 @@ func TestCancelledContext(t *testing.T) {
 	_, err := db.Post(ctx, 1)
 	require.ErrorIs(t, err, context.Canceled)
 	require.NotErrorIs(t, err, domain.ErrNotFound)
-	_, _, found, err := db.PostStatus(ctx, 1)
+	f, err := db.PostFacts(ctx, 1)
 	require.ErrorIs(t, err, context.Canceled)
-	require.False(t, found)
+	require.False(t, f.Found)
 	require.ErrorIs(t, db.DeletePost(ctx, 1, 1), context.Canceled)
 	_, err = db.FollowerIDRange(ctx, 1, 0, math.MaxInt64, 10)
 	require.ErrorIs(t, err, context.Canceled)

@@ -512,39 +512,50 @@ func TestAuthorPostIDsSince(t *testing.T) {
 	})
 }
 
-func TestPostStatus(t *testing.T) {
+func TestPostFacts(t *testing.T) {
 	t.Parallel()
 	db, _ := setup(t)
 	ctx := t.Context()
 	posts := createPosts(t, db, 4, 2)
 	require.NoError(t, db.DeletePost(ctx, posts[1].ID, 4))
+	for _, follower := range []int64{5, 6} {
+		_, err := db.Follow(ctx, follower, 4)
+		require.NoError(t, err)
+	}
+	before, err := db.WritePosition(ctx)
+	require.NoError(t, err)
 
 	t.Run("ALivePost", func(t *testing.T) {
 		t.Parallel()
-		author, deleted, found, err := db.PostStatus(t.Context(), posts[0].ID)
+		f, err := db.PostFacts(t.Context(), posts[0].ID)
 		require.NoError(t, err)
-		require.True(t, found)
-		require.False(t, deleted)
-		require.Equal(t, int64(4), author)
+		require.True(t, f.Found)
+		require.False(t, f.Deleted)
+		require.Equal(t, int64(4), f.AuthorID)
+		require.Equal(t, int64(2), f.Followers, "the author's follower count")
+		require.False(t, f.Pulled)
+		require.GreaterOrEqual(t, f.WritePosition, before, "the write position, read with the rest")
 	})
 
 	t.Run("ADeletedPostIsFoundAndDeleted", func(t *testing.T) {
 		t.Parallel()
-		author, deleted, found, err := db.PostStatus(t.Context(), posts[1].ID)
+		f, err := db.PostFacts(t.Context(), posts[1].ID)
 		require.NoError(t, err)
-		require.True(t, found, "a deleted post still exists: its fan-out must be undone, not skipped")
-		require.True(t, deleted)
-		require.Equal(t, int64(4), author)
+		require.True(t, f.Found, "a deleted post still exists: its fan-out must be undone, not skipped")
+		require.True(t, f.Deleted)
+		require.Equal(t, int64(4), f.AuthorID)
 		_, err = db.Post(t.Context(), posts[1].ID)
 		require.ErrorIs(t, err, domain.ErrNotFound, "while Post hides it")
 	})
 
 	t.Run("AMissingPostIsNotFoundAndNotAnError", func(t *testing.T) {
 		t.Parallel()
-		author, deleted, found, err := db.PostStatus(t.Context(), posts[1].ID+1000)
+		f, err := db.PostFacts(t.Context(), posts[1].ID+1000)
 		require.NoError(t, err)
-		require.False(t, found)
-		require.False(t, deleted)
-		require.Zero(t, author)
+		require.False(t, f.Found)
+		require.False(t, f.Deleted)
+		require.Zero(t, f.AuthorID)
+		require.Zero(t, f.Followers)
+		require.GreaterOrEqual(t, f.WritePosition, before)
 	})
 }

@@ -95,11 +95,11 @@ func TestReadPool(t *testing.T) {
 		require.Equal(t, []int64{primaryPosts[2].ID, primaryPosts[1].ID, primaryPosts[0].ID}, ids)
 
 		// Post 3 exists only on the primary.
-		authorID, deleted, found, err := db.PostStatus(ctx, primaryPosts[2].ID)
+		facts, err := db.PostFacts(ctx, primaryPosts[2].ID)
 		require.NoError(t, err)
-		require.True(t, found)
-		require.False(t, deleted)
-		require.Equal(t, int64(author), authorID)
+		require.True(t, facts.Found)
+		require.False(t, facts.Deleted)
+		require.Equal(t, int64(author), facts.AuthorID)
 		p, err := db.Post(ctx, primaryPosts[2].ID)
 		require.NoError(t, err)
 		require.Equal(t, "primary", p.Body)
