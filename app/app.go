@@ -202,7 +202,7 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 		CelebrityThreshold: cfg.Fanout.CelebrityThreshold,
 		FollowingThreshold: cfg.Fanout.FollowingThreshold,
 		Logger:             log.Named("feed"),
-		Registerer:         s.registry, // reads count what they filter
+		Registerer:         s.registry, // reads count what they filter, pushes their reruns
 	}
 	// The API's writes to feeds are a head start that the events' fan-out
 	// does again: only the workers wait for replicas (redis.wait_replicas).
@@ -211,7 +211,6 @@ func Open(ctx context.Context, cfg *Config, log *zap.Logger, roles ...Role) (*Sy
 	}
 	feeds.WaitReplicas, feeds.WaitTimeout = cfg.Redis.WaitReplicas, cfg.Redis.WaitTimeout
 	feeds.RebuildWait = cfg.Feed.RebuildWait
-	feeds.Registerer = nil // the workers' feeds read nothing
 	if s.fanoutFeeds, err = feed.New(rdb, s.Store, feeds); err != nil {
 		return nil, err
 	}

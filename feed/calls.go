@@ -19,7 +19,7 @@ type scriptCall struct {
 	primary *redis.Client
 }
 
-// planCalls lays out n sets, the i-th named by one of its keys, keyOf(i),
+// planCalls lays out n sets, the i-th named by a key of its slot, keyOf(i),
 // for calls of a script that takes many: it returns the calls and the
 // order to list the sets in for them (nil: as they are).
 //
@@ -122,10 +122,10 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, calls []scriptC
 		mu    sync.Mutex
 		first error
 	)
-	run := func(rdb pipeliner, idx []int, onPrimary bool) {
+	run := func(rdb pipeliner, idx []int, keysInArgs bool) {
 		send := func(p redis.Pipeliner, i int, eval bool) *redis.Cmd {
 			keys, a := keysOf(calls[i]), args
-			if onPrimary {
+			if keysInArgs {
 				// Undeclared: KEYS must share a slot, these need not.
 				a = make([]any, 0, len(args)+len(keys))
 				a = append(a, args...)
@@ -180,7 +180,7 @@ func pipelineScripts(ctx context.Context, rdb pipeliner, idx []int, cmds []*redi
 		for _, i := range part {
 			if e := cmds[i].Err(); e != nil {
 				if !isNoScript(e) {
-					return err
+					return e // the first that is not NOSCRIPT says what went wrong
 				}
 				again = append(again, i)
 			}

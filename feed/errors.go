@@ -2,6 +2,7 @@ package feed
 
 import (
 	"errors"
+	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -27,4 +28,17 @@ func isNoScript(err error) bool { return redis.HasErrorPrefix(err, "NOSCRIPT") }
 func isUnreachable(err error) bool {
 	var rerr redis.Error
 	return !errors.As(err, &rerr)
+}
+
+// isRefusedByPrimary tells whether a script call sent to a cluster primary
+// with its keys in its arguments failed because of where those keys live
+// now, or because the primary did not answer: a key of a slot it no longer
+// serves, or is moving away ("non local key"), a primary demoted to replica
+// (READONLY), the cluster down for it, or no answer at all. Calls routed
+// one set at a time by their keys may get past each: the client follows
+// MOVED and ASK and reloads the slot map.
+func isRefusedByPrimary(err error) bool {
+	msg := err.Error()
+	return isUnreachable(err) || strings.Contains(msg, "non local key") || strings.Contains(msg, "cluster is down") ||
+		redis.HasErrorPrefix(err, "READONLY")
 }

@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -41,15 +42,21 @@ func (f *Feeds) Push(ctx context.Context, e domain.Entry, followers []int64, asO
 		return domain.PushResult{}, fmt.Errorf("push post %d to feeds: %w", e.PostID, err)
 	}
 	res, err := f.push(ctx, e, followers, metas, asOf, first, false)
-	if err != nil && f.cfg.Cluster && ctx.Err() == nil {
-		// A primary refuses a call on a slot it no longer serves (a reshard
-		// or a failover since the client read the slot map), having
-		// written the sets before it: the push runs again a set a call,
-		// routed by its keys (the client follows the redirections), as a
-		// redelivery would — not first, so that no feed takes the post twice.
-		f.log.Debug("push by primary failed; pushing set by set", zap.Int64("post_id", e.PostID), zap.Error(err))
+	if err != nil && f.cfg.Cluster && ctx.Err() == nil && isRefusedByPrimary(err) {
+		// A primary refuses a call on a key of a slot it no longer serves,
+		// or is moving away (a reshard or a failover since the client read
+		// the slot map) — mid-move, after writing the sets before that key.
+		// The page runs again a set a call, routed by its keys (the client
+		// follows the redirections), as a redelivery would: not first, so
+		// that no feed takes the post twice. What the refused call wrote
+		// goes uncounted, as a failed call's does.
+		f.metrics.pushReruns.Inc()
+		f.log.Info("a primary refused a push: pushing feed by feed", zap.Int64("post_id", e.PostID), zap.Error(err))
 		again, againErr := f.push(ctx, e, followers, metas, asOf, false, true)
 		again.Added += res.Added
+		if againErr != nil { // keep what the first try knew holds the post
+			again.Holders = union(res.Holders, again.Holders)
+		}
 		res, err = again, againErr
 	}
 	f.order.release()
@@ -125,7 +132,7 @@ func (f *Feeds) pushEach(ctx context.Context, e domain.Entry, readers []int64, a
 	}, e.PostID, f.cfg.MaxLen, spillAt(f.cfg.MaxLen), e.AuthorID, f.buildTTLSeconds(), asOf, flag(first))
 	for i, c := range cmds {
 		if c == nil || c.Err() != nil {
-			continue // counted once the retry succeeds
+			continue // its entries go uncounted: the retry finds them there
 		}
 		from, to := calls[i].from, calls[i].to
 		added, lists, perr := pushResult(c.Val(), to-from)
@@ -140,6 +147,19 @@ func (f *Feeds) pushEach(ctx context.Context, e domain.Entry, readers []int64, a
 		}
 	}
 	return err
+}
+
+// union is the ids of a and b, each once.
+func union(a, b []int64) []int64 {
+	seen := make(map[int64]bool, len(a)+len(b))
+	var out []int64
+	for _, id := range append(slices.Clip(a), b...) {
+		if !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // pushResult reads pushScript's answer for a call on n sets: how many

@@ -17,12 +17,15 @@
 -- whose head it filled to ARGV[2] entries come back for spillScript (the
 -- third list). Its answer's first list is the places of the feeds that
 -- gained the post, its fourth those of the feeds that are not there.
+--
+-- KEYS here means the call's keys: on a cluster primary they come after
+-- the arguments (see callKeys).
 local id = tonumber(ARGV[1])
 local e = pack(id)
 local spillAt, asOf = tonumber(ARGV[2]), tonumber(ARGV[3])
 local first, feeds = ARGV[4] == '1', ARGV[5] == '1'
 local keys, manySlots = callKeys(5)
-local n = #keys / 2
+local n = setsOf(keys, 2)
 local values = metasOf(keys, n, manySlots)
 local held, full, spills, missing = {}, {}, {}, {}
 for j = 1, n do

@@ -55,14 +55,25 @@ end
 -- cluster primary for the sets of many slots cannot — a call's KEYS must
 -- share one slot — and passes them in ARGV after the script's own nargs
 -- arguments instead. Redis lets a script without flags touch undeclared
--- keys of every slot its node serves; a key of a slot it does not serve
--- (moved, or moving) fails the call there, and the caller runs it again
--- set by set (see Feeds.runScripts).
+-- keys of every slot its node serves — a script without a shebang line
+-- does (with one, it would need flags=allow-cross-slot-keys); a key of a
+-- slot it does not serve (moved, or moving) fails the call there, and the
+-- caller runs the page again set by set (see Feeds.Push).
 local function callKeys(nargs)
   if #KEYS > 0 then return KEYS, false end
   local ks = {}
   for i = nargs + 1, #ARGV do ks[#ks + 1] = ARGV[i] end
   return ks, true
+end
+
+-- How many sets the keys ks name, per keys each; an error if they do not
+-- divide (a caller and a script that disagree on the arguments would
+-- otherwise take arguments for keys).
+local function setsOf(ks, per)
+  if #ks == 0 or #ks % per ~= 0 then
+    error('expected the keys of sets of ' .. per .. ', got ' .. #ks .. ' keys')
+  end
+  return #ks / per
 end
 
 -- The values of ks[1..n] (the metas of n sets): one MGET, or one MGET a

@@ -38,8 +38,10 @@
 --
 -- One call serves a page of followers, so the cost of running a script is
 -- paid once per page instead of once per follower; on a Redis Cluster, once
--- per primary and page (its sets' keys in ARGV: see callKeys). It returns how many sets gained the post (a first push
--- counts the feeds it appended to) and the places in KEYS (from 1) of the
+-- per primary and page. (KEYS here means the call's keys: on a cluster
+-- primary they come after the arguments, see callKeys.) It returns how
+-- many sets gained the post (a first push counts the feeds it appended
+-- to) and the places in KEYS (from 1) of the
 -- sets that hold it now — those that gained it or had it already: a live
 -- stream shows the post to their readers, and to no one else — and of
 -- those that are not there.
@@ -54,8 +56,7 @@ local author = ARGV[4]
 local asOf = tonumber(ARGV[6])
 local first = ARGV[7] == '1'
 local keys, manySlots = callKeys(7)
-local n = #keys / 3 -- sets
-if author ~= '' then n = #keys / 4 end
+local n = setsOf(keys, author ~= '' and 4 or 3)
 local values = metasOf(keys, n, manySlots)
 local added, held, missing = 0, {}, {}
 -- appends the post to the head, and spills a head that is full now; true
