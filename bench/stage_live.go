@@ -110,9 +110,15 @@ func (r *runner) liveStreams(ctx context.Context) error {
 	var latency []Stage
 	for run := range r.opts.Runs {
 		if run == r.opts.Runs-1 { // with the streams of the last connected measurement
-			lm.latency = func(ctx context.Context, streams *sseClients) (err error) {
-				latency, err = r.liveLatency(ctx, streams, followers)
-				return err
+			lm.latency = func(ctx context.Context, streams *sseClients) error {
+				for _, load := range []liveLoad{r.lightLoad(), r.burstLoad()} {
+					lines, err := r.liveLatency(ctx, streams, followers, load)
+					if err != nil {
+						return fmt.Errorf("%s: %w", load.name, err)
+					}
+					latency = append(latency, lines...)
+				}
+				return nil
 			}
 		}
 		start := time.Now()
@@ -353,14 +359,14 @@ func (r *runner) livePostsOnce(ctx context.Context, n int) (float64, error) {
 // every follower open, posts at liveRate (open loop) for twice
 // LatencyTime; and from the post's fan-out finished, against a raw
 // Pub/Sub round trip. It returns the report's lines.
-func (r *runner) liveLatency(ctx context.Context, streams *sseClients, followers []int64) ([]Stage, error) {
+func (r *runner) liveLatency(ctx context.Context, streams *sseClients, followers []int64, load liveLoad) ([]Stage, error) {
 	after, err := r.lastOutboxID(ctx)
 	if err != nil {
 		return nil, err
 	}
 	streams.reset()
 	streams.record.Store(true)
-	sent, err := r.openLoop(ctx, liveRate, 2*r.opts.LatencyTime, func(i int) int64 { return fanoutBase + int64(i%fanoutN) })
+	sent, err := r.openLoop(ctx, load.rate, load.length, func(i int) int64 { return fanoutBase + int64(i%fanoutN) })
 	if err != nil {
 		return nil, err
 	}
@@ -390,35 +396,61 @@ func (r *runner) liveLatency(ctx context.Context, streams *sseClients, followers
 	n := humanInt(len(followers))
 	where := fmt.Sprintf("%d posts at %d posts/s (open loop) to %s followers, every one connected (%d of %d events read, "+
 		"%d posts read by every reader, %d streams ended by the server)",
-		sent, liveRate, n, streams.posts.Load(), want, full, streams.ended.Load())
+		sent, load.rate, n, streams.posts.Load(), want, full, streams.ended.Load())
 	lines := []Stage{{
-		Name: "live delivery: post committed → event at a connected reader" + r.nameSuffix, Unit: "ms (p50)",
-		Ours: pAll.P50, Limit: pFeed.P50, Ratio: ratio(pAll.P50, pFeed.P50), Latency: pAll,
+		Name: "live delivery" + load.name + ": post committed → event at a connected reader" + r.nameSuffix, Unit: "ms (p50)",
+		Ours: pAll.P50, Limit: pFeed.P50, Ratio: ratio(pAll.P50, pFeed.P50), Latency: pAll, Target: load.target,
 		Note: fmt.Sprintf("%s; every (post, reader) pair: the post's created_at → its event read by the reader's SSE client "+
 			"(one machine, one clock); limit column: post committed → its fan-out finished (outbox finished_at − created_at), p50",
 			where),
 		Redis: r.redisLabel,
 	}, {
-		Name: "live delivery: fan-out finished → event at a connected reader" + r.nameSuffix, Unit: "ms (p50)",
+		Name: "live delivery" + load.name + ": fan-out finished → event at a connected reader" + r.nameSuffix, Unit: "ms (p50)",
 		Ours: pAfter.P50, Limit: raw.P50, Ratio: ratio(pAfter.P50, raw.P50), Latency: pAfter, Target: "p99 ≤ 100 ms",
 		Note: "the same pairs from the post's outbox finished_at (after its feeds were written; an event may come first: " +
 			"the worker publishes after each page, then marks the row done) → the event read; issue 13: within 100 ms of the post " +
 			fmt.Sprintf("landing in the feed; limit column: raw SPUBLISH → a subscriber's read of it, %d one after the other, p50", raw.N),
 		Redis: r.redisLabel,
 	}, {
-		Name: "live delivery: post committed → event at the last of " + n + " readers" + r.nameSuffix, Unit: "ms (p50)",
+		Name: "live delivery" + load.name + ": post committed → event at the last of " + n + " readers" + r.nameSuffix, Unit: "ms (p50)",
 		Ours: pLast.P50, Limit: pFeed.P50, Ratio: ratio(pLast.P50, pFeed.P50), Latency: pLast,
 		Note:  "the same posts, each at its last reader; limit column: post committed → its fan-out finished, p50",
 		Redis: r.redisLabel,
 	}}
-	fmt.Fprintf(r.progress, "  %d of %d events read, %d of %d posts read by every reader (%d by any), %d streams ended by the server\n",
-		streams.posts.Load(), want, full, sent, seen, streams.ended.Load())
+	fmt.Fprintf(r.progress, "  %s: %d of %d events read, %d of %d posts read by every reader (%d by any), %d streams ended by the server\n",
+		load.what, streams.posts.Load(), want, full, sent, seen, streams.ended.Load())
 	fmt.Fprintf(r.progress, "  committed → event: p50 %.1f ms, p95 %.1f, p99 %.1f (%d events); at the last of %s: p50 %.1f, p99 %.1f\n",
 		pAll.P50, pAll.P95, pAll.P99, pAll.N, n, pLast.P50, pLast.P99)
 	fmt.Fprintf(r.progress, "  fan-out finished → event: p50 %.1f, p99 %.1f; committed → fan-out finished: p50 %.1f, p99 %.1f; raw SPUBLISH → read: p50 %.2f, p99 %.2f\n",
 		pAfter.P50, pAfter.P99, pFeed.P50, pFeed.P99, raw.P50, raw.P99)
 	return lines, nil
 }
+
+// liveLoad is how the delivery latency's posts come: at rate posts a
+// second for length, open loop.
+type liveLoad struct {
+	name   string // in the stage's name, after "live delivery"
+	what   string // in the progress lines
+	target string // of post committed → event at a connected reader
+	rate   int
+	length time.Duration
+}
+
+// lightLoad is liveRate posts a second for twice --latency-time.
+func (r *runner) lightLoad() liveLoad {
+	return liveLoad{what: "light load", rate: liveRate, length: 2 * r.opts.LatencyTime, target: "p99 ≤ 15 ms"}
+}
+
+// burstLoad is the cost measurement's posts (200 by default) sent within
+// 100 ms, each to every connected follower (issue 24: a burst's delivery).
+func (r *runner) burstLoad() liveLoad {
+	n := r.livePosts()
+	return liveLoad{name: fmt.Sprintf(" (a burst of %d posts)", n), what: "burst",
+		rate: 10 * n, length: liveBurst, target: "p99 ≤ 1 s"}
+}
+
+// liveBurst is how long the burst's posts take to send.
+const liveBurst = 100 * time.Millisecond
 
 // rawPubSub is n round trips, one after the other, from SPUBLISH to a
 // subscriber of the shard channel reading the message: the floor of a push

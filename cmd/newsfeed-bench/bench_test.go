@@ -100,9 +100,11 @@ func TestBenchSmoke(t *testing.T) {
 	// of reposts; four memory lines; three delivery classes; reads, filtered
 	// reads against the limit and against the plain reads; live streams
 	// (Redis CPU idle and connected, each against the baseline without the
-	// live path, and three latencies); inactive followers; the reads of
-	// readers who follow many against the plain reads.
-	require.Len(t, names, 24, strings.Join(names, ", "))
+	// live path, and three latencies under light load and three in a
+	// burst); inactive followers; the reads of readers who follow many
+	// against the plain reads.
+	require.Len(t, names, 27, strings.Join(names, ", "))
+	require.Contains(t, names, "live delivery (a burst of 4 posts): post committed → event at a connected reader")
 	require.Contains(t, names, "repost fan-out")
 	require.Contains(t, names, "filtered reads / plain reads")
 	require.Contains(t, names, "reads of readers who follow 10,000 / plain reads")
