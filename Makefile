@@ -69,7 +69,11 @@ test: export NEWSFEED_TEST_BROWSER = required
 test: export NEWSFEED_TEST_PROMTOOL = required
 test: APPLY_DELAY = 2s
 test: services lint spec-lint monitoring-check cluster-up ## everything CI runs: lint, the OpenAPI lint, promtool on the alerts, every test with the race detector, the feed, queue, live, API (the model-based feed test in full), e2e, replicas and bench suites again on the Redis Cluster with a replica 2 s behind, then a primary killed mid fan-out and a third of the slots resharded under load, each fuzz target briefly
-	CGO_ENABLED=1 go test -race -count=1 -timeout 14m ./...
+	@# -p 3: three test binaries at once on two cores. The e2e suite, the
+	@# longest by far (about 5 minutes), mostly waits on the processes it
+	@# drives; with the default (one per core) it started only once the
+	@# packages listed before it were done.
+	CGO_ENABLED=1 go test -race -count=1 -p 3 -timeout 14m ./...
 	@# The cluster and the replica are shared: once more, after the minutes above,
 	@# restart what a failover test killed and make sure the replica still lags.
 	@# The model-based feed test runs in full here (under -race it draws fewer
