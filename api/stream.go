@@ -182,6 +182,8 @@ type stream struct {
 	sent        map[int64]bool
 	removed     map[int64]bool
 	unfollowed  map[int64]bool // authors unfollowed while the stream is open
+	// unflushed: handleQueued flushes what write wrote, once.
+	unflushed bool
 }
 
 func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
@@ -213,13 +215,39 @@ func (st *stream) run(ctx context.Context, sub domain.LiveSubscription) error {
 		case <-catchUp.C:
 			err = st.catchUp(ctx, catchUpPage)
 		case ev := <-sub.Events():
-			err = st.handle(ctx, ev)
+			err = st.handleQueued(ctx, ev, sub.Events())
 		}
 		if err != nil {
 			return nil // the client is gone; nothing to answer
 		}
 	}
 }
+
+// handleQueued handles ev and the events queued behind it, up to
+// maxCoalesced, and flushes once: in a burst (a post to many streams every
+// few milliseconds), a flush a stream and event was most of the live
+// path's cost, and the events waited behind each other's write calls.
+func (st *stream) handleQueued(ctx context.Context, ev domain.LiveEvent, events <-chan domain.LiveEvent) error {
+	st.unflushed = true
+	err := st.handle(ctx, ev)
+queued:
+	for n := 1; err == nil && n < maxCoalesced; n++ {
+		select {
+		case ev = <-events:
+			err = st.handle(ctx, ev)
+		default:
+			break queued
+		}
+	}
+	st.unflushed = false
+	if err != nil {
+		return err
+	}
+	return st.rc.Flush()
+}
+
+// maxCoalesced bounds the events a stream writes before it flushes.
+const maxCoalesced = 64
 
 func (st *stream) handle(ctx context.Context, ev domain.LiveEvent) error {
 	switch ev.Kind {
@@ -489,11 +517,15 @@ func (st *stream) remember(id int64) {
 	st.floor = max(st.floor, ids[len(ids)/2-1])
 }
 
-// write sends text and flushes it, within streamWriteTimeout.
+// write sends text and flushes it, within streamWriteTimeout; while
+// handleQueued handles a run of events, the flush waits for its end.
 func (st *stream) write(text string) error {
 	_ = st.rc.SetWriteDeadline(time.Now().Add(streamWriteTimeout))
 	if _, err := io.WriteString(st.c.Response(), text); err != nil {
 		return err
+	}
+	if st.unflushed {
+		return nil
 	}
 	return st.rc.Flush()
 }

@@ -406,7 +406,7 @@ func (r *runner) liveLatency(ctx context.Context, streams *sseClients, followers
 		Redis: r.redisLabel,
 	}, {
 		Name: "live delivery" + load.name + ": fan-out finished → event at a connected reader" + r.nameSuffix, Unit: "ms (p50)",
-		Ours: pAfter.P50, Limit: raw.P50, Ratio: ratio(pAfter.P50, raw.P50), Latency: pAfter, Target: "p99 ≤ 100 ms",
+		Ours: pAfter.P50, Limit: raw.P50, Ratio: ratio(pAfter.P50, raw.P50), Latency: pAfter, Target: load.afterFeed,
 		Note: "the same pairs from the post's outbox finished_at (after its feeds were written; an event may come first: " +
 			"the worker publishes after each page, then marks the row done) → the event read; issue 13: within 100 ms of the post " +
 			fmt.Sprintf("landing in the feed; limit column: raw SPUBLISH → a subscriber's read of it, %d one after the other, p50", raw.N),
@@ -432,13 +432,17 @@ type liveLoad struct {
 	name   string // in the stage's name, after "live delivery"
 	what   string // in the progress lines
 	target string // of post committed → event at a connected reader
-	rate   int
-	length time.Duration
+	// afterFeed is the target of fan-out finished → event (issue 13's, for
+	// light load).
+	afterFeed string
+	rate      int
+	length    time.Duration
 }
 
 // lightLoad is liveRate posts a second for twice --latency-time.
 func (r *runner) lightLoad() liveLoad {
-	return liveLoad{what: "light load", rate: liveRate, length: 2 * r.opts.LatencyTime, target: "p99 ≤ 15 ms"}
+	return liveLoad{what: "light load", rate: liveRate, length: 2 * r.opts.LatencyTime, target: "p99 ≤ 15 ms",
+		afterFeed: "p99 ≤ 100 ms"}
 }
 
 // burstLoad is the cost measurement's posts (200 by default) sent within
