@@ -309,3 +309,83 @@ func (s *scriptCalls) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.
 		return err
 	}
 }
+
+// BenchmarkScriptOnAPrimary is what bounds a push's Redis CPU on a cluster
+// (docs/PERFORMANCE.md, "Fan-out at the limit, second steps"): one script
+// call on the feeds of 333 users that one primary serves, keys passed as
+// arguments, against the same call on one Redis. Inside a script on a
+// cluster node every command is checked against the node's slots, and each
+// feed's meta needs an MGET of its own, since no command may span slots.
+// (make bench-cluster measures the whole push; this isolates the script.)
+func BenchmarkScriptOnAPrimary(b *testing.B) {
+	testenv.SkipWithoutRedisCluster(b)
+	const users = 333
+	appendOnly := redis.NewScript(`local n = #ARGV / 2
+for j = 1, n do redis.call('APPEND', ARGV[n + j], 'xxxxxxxx') end
+return n`)
+	metaAndAppend := redis.NewScript(`local n = #ARGV / 2
+for j = 1, n do
+  local meta = redis.call('MGET', ARGV[j])[1]
+  redis.call('APPEND', ARGV[n + j], 'xxxxxxxx')
+end
+return n`)
+	metasAtOnce := redis.NewScript(`local n = #ARGV / 2
+local metas = redis.call('MGET', unpack(ARGV, 1, n))
+for j = 1, n do redis.call('APPEND', ARGV[n + j], 'xxxxxxxx') end
+return n`)
+
+	single, singlePrefix := testenv.NewRedis(b)
+	rdb, clusterPrefix, _ := testenv.NewUniversalRedis(b)
+	cluster := rdb.(*redis.ClusterClient)
+	ctx := b.Context()
+	// users whose keys the first key's primary serves
+	var primary *redis.Client
+	var keys []string
+	for u := 0; len(keys) < users; u++ {
+		k := feed.Key(clusterPrefix, int64(u))
+		p, err := cluster.MasterForKey(ctx, k)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if primary == nil {
+			primary = p
+		}
+		if p == primary {
+			keys = append(keys, k)
+		}
+	}
+	args := func(prefix string) []any {
+		a := make([]any, 0, 2*users)
+		for _, k := range keys {
+			a = append(a, prefix+strings.TrimPrefix(k, clusterPrefix))
+		}
+		for _, k := range keys {
+			a = append(a, prefix+strings.TrimPrefix(k, clusterPrefix)+":head")
+		}
+		return a
+	}
+	for _, s := range []struct {
+		name   string
+		script *redis.Script
+		onOne  bool // one Redis only: an MGET of many slots
+	}{{"AppendOnly", appendOnly, false}, {"MetaAndAppend", metaAndAppend, false}, {"MetasInOneMGET", metasAtOnce, true}} {
+		for _, on := range []struct {
+			name   string
+			rdb    redis.Scripter
+			prefix string
+		}{{"OneRedis", single, singlePrefix}, {"ClusterPrimary", primary, clusterPrefix}} {
+			if s.onOne && on.name != "OneRedis" {
+				continue
+			}
+			b.Run(s.name+"/"+on.name, func(b *testing.B) {
+				a := args(on.prefix) // "…feed:{id}" and "…feed:{id}:head": one slot a user
+				for b.Loop() {
+					if err := s.script.Run(ctx, on.rdb, nil, a...).Err(); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*users)/1000, "µs/feed")
+			})
+		}
+	}
+}
