@@ -32,19 +32,10 @@ func TestCommandsFollowAskAndMoved(t *testing.T) {
 	testenv.SkipWithoutRedisCluster(t)
 	ctx := t.Context()
 	_, prefix, _ := testenv.NewUniversalRedis(t) // a prefix whose keys are deleted at the end
-	opts, err := redis.ParseClusterURL(testenv.RedisClusterURL())
-	require.NoError(t, err)
 	// The slot map is reloaded only when a redirection says so, so that
 	// the MOVED below is met, not avoided by a timely reload.
-	opts.ClusterStateReloadInterval = time.Hour
 	met := &redirections{}
-	opts.NewClient = func(o *redis.Options) *redis.Client {
-		node := redis.NewClient(o)
-		node.AddHook(met)
-		return node
-	}
-	rdb := redis.NewClusterClient(opts)
-	t.Cleanup(func() { _ = rdb.Close() })
+	rdb := testenv.NewStaleClusterClient(t, met)
 
 	q := queue.New(rdb, prefix+"tickets", group)
 	require.NoError(t, q.EnsureGroup(ctx))

@@ -170,3 +170,21 @@ func slotOwner(ctx context.Context, node *redis.Client, slot int) (string, error
 	}
 	return "", nil
 }
+
+// NewStaleClusterClient is a client of the test cluster whose slot map is
+// reloaded only when a redirection says so — a test that moves a slot
+// meets the MOVED, not a timely reload — with hook on each node's client.
+func NewStaleClusterClient(t testing.TB, hook redis.Hook) *redis.ClusterClient {
+	t.Helper()
+	opts, err := redis.ParseClusterURL(RedisClusterURL())
+	require.NoError(t, err)
+	opts.ClusterStateReloadInterval = time.Hour
+	opts.NewClient = func(o *redis.Options) *redis.Client {
+		node := redis.NewClient(o)
+		node.AddHook(hook)
+		return node
+	}
+	rdb := redis.NewClusterClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	return rdb
+}
