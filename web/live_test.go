@@ -279,3 +279,27 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 		document.getElementById('sign-in-error').textContent === 'The server refused the token (missing or invalid bearer token). Sign in again.'`)
 	page.RequireNoExceptions()
 }
+
+// A stream's catch-up also brings entries older than the page's newest —
+// a followee's history, merged by a follow — which the page never read:
+// each goes where its id puts it, and only an entry that goes on top is
+// news for the live region. (A catch-up right after a live post once left
+// the region saying "New post" of a months-old one.)
+func TestOlderLiveEntriesAreNotAnnounced(t *testing.T) {
+	b := browser.Start(t)
+	s := newStreamServer(t)
+	page := b.NewPage("reader")
+	page.Navigate(s.URL + "/")
+	page.Fill("#dev-user", "7")
+	page.Click("#dev-sign-in button[type=submit]")
+	conn := s.next(t)
+	page.WaitFor("the first page", `document.querySelector('#feed > li[data-id="3"]') !== null`)
+
+	older, _ := json.Marshal(map[string]any{"id": 2, "author_id": 9, "body": "from the followee's history", "created_at": "2026-11-01T09:00:00Z"})
+	hold := make(chan struct{})
+	defer close(hold)
+	conn.answer <- s.events(hold, postEvent(5, "live one"), "event: post\ndata: "+string(older)+"\n\n")
+	page.WaitFor("the older entry below the page's", `document.querySelector('#feed > li:last-child')?.dataset.id === '2'`)
+	require.Equal(t, []int64{5, 3, 2}, browser.Eval[[]int64](page, `[...document.querySelectorAll('#feed > li')].map(li => Number(li.dataset.id))`))
+	require.Equal(t, "New post from user 9: live one", page.Text("#announcer"), "the live region says the post on top, not the older one after it")
+}

@@ -396,8 +396,12 @@ function excerpt(text) {
 }
 
 function onLivePost(s, entry) {
+  // A stream's catch-up also brings older entries the page never read
+  // (a followee's history, merged by a follow): shown where they belong,
+  // but news only when they go on top.
+  const newest = s.feed.newestId;
   const shown = s.feed.arrive(entry);
-  if (shown !== 'shown') return;
+  if (shown !== 'shown' || Number(entry.id) < newest) return;
   const post = originalOf(entry);
   if (entry.repost_of) {
     announce(`User ${entry.author_id} reposted user ${post.author_id}: ${excerpt(post.body)}`);
