@@ -288,10 +288,7 @@ func TestLiveFeedFollowsTheStreamsContract(t *testing.T) {
 func TestOlderLiveEntriesAreNotAnnounced(t *testing.T) {
 	b := browser.Start(t)
 	s := newStreamServer(t)
-	page := b.NewPage("reader")
-	page.Navigate(s.URL + "/")
-	page.Fill("#dev-user", "7")
-	page.Click("#dev-sign-in button[type=submit]")
+	page := signedIn(t, b, s)
 	conn := s.next(t)
 	page.WaitFor("the first page", `document.querySelector('#feed > li[data-id="3"]') !== null`)
 
