@@ -97,7 +97,8 @@ func reorder[T any](list []T, order []int) []T {
 // args. The calls routed by their keys go through f.rdb in pipelines of at
 // most maxPipeline calls; each primary's calls go to it in pipelines of
 // their own, the primaries side by side. It returns a command per call,
-// nil for a call never sent, and the first error.
+// nil for a call never sent, and the errors of the pipelines that failed,
+// joined.
 //
 // Calls go by the script's SHA. Redis forgets scripts when it restarts, and
 // a replica promoted by a failover never had them: the calls that got
@@ -118,9 +119,9 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, calls []scriptC
 		}
 	}
 	var (
-		wg    sync.WaitGroup
-		mu    sync.Mutex
-		first error
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		failed error
 	)
 	run := func(rdb pipeliner, idx []int, keysInArgs bool) {
 		send := func(p redis.Pipeliner, i int, eval bool) *redis.Cmd {
@@ -141,7 +142,7 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, calls []scriptC
 		}
 		if err := pipelineScripts(ctx, rdb, idx, cmds, send); err != nil {
 			mu.Lock()
-			first = errors.Join(first, err)
+			failed = errors.Join(failed, err)
 			mu.Unlock()
 		}
 	}
@@ -152,7 +153,7 @@ func (f *Feeds) runScripts(ctx context.Context, s *redis.Script, calls []scriptC
 		run(f.rdb, routed, false)
 	}
 	wg.Wait()
-	return cmds, first
+	return cmds, failed
 }
 
 // pipeliner is what runScripts sends through: f.rdb, or one primary.
