@@ -30,6 +30,7 @@ type streamServer struct {
 	mu          sync.Mutex
 	feedReads   int
 	feed        func() []any // the items of GET /v1/feed; nil: firstPost alone
+	older       []any        // when set, the first page's next_cursor leads to these
 }
 
 // streamConn is one request for the stream, held until the test answers.
@@ -56,15 +57,22 @@ func newStreamServer(t *testing.T) *streamServer {
 		token := "e30." + base64.RawURLEncoding.EncodeToString(claims) + ".sig"
 		writeJSON(w, http.StatusOK, map[string]any{"token": token, "user_id": 7})
 	})
-	mux.HandleFunc("GET /v1/feed", func(w http.ResponseWriter, _ *http.Request) {
+	mux.HandleFunc("GET /v1/feed", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		s.feedReads++
 		items := []any{firstPost}
 		if s.feed != nil {
 			items = s.feed()
 		}
+		var next any
+		switch {
+		case r.URL.Query().Get("cursor") == "older":
+			items = s.older
+		case s.older != nil:
+			next = "older"
+		}
 		s.mu.Unlock()
-		writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_cursor": nil})
+		writeJSON(w, http.StatusOK, map[string]any{"items": items, "next_cursor": next})
 	})
 	mux.HandleFunc("PUT /v1/following/{id}", func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusNoContent)
@@ -299,4 +307,47 @@ func TestOlderLiveEntriesAreNotAnnounced(t *testing.T) {
 	page.WaitFor("the older entry below the page's", `document.querySelector('#feed > li:last-child')?.dataset.id === '2'`)
 	require.Equal(t, []int64{5, 3, 2}, browser.Eval[[]int64](page, `[...document.querySelectorAll('#feed > li')].map(li => Number(li.dataset.id))`))
 	require.Equal(t, "New post from user 9: live one", page.Text("#announcer"), "the live region says the post on top, not the older one after it")
+}
+
+// Older entries that a catch-up brings while older pages are still to be
+// read go nowhere yet: the pager brings them in their place. (The whole
+// history once showed before the reader scrolled, when a catch-up came
+// right after a follow.)
+func TestOlderLiveEntriesWaitForTheirPage(t *testing.T) {
+	b := browser.Start(t)
+	s := newStreamServer(t)
+	var first []any // a page that fills the screen: the pager waits for a scroll
+	for id := 100; id > 70; id-- {
+		first = append(first, post(id, "2026-12-01T08:00:00Z"))
+	}
+	s.setFeed(func() []any { return first })
+	s.mu.Lock()
+	s.older = []any{post(70, "2026-11-30T08:00:00Z"), post(69, "2026-11-30T08:00:00Z")}
+	s.mu.Unlock()
+	page := signedIn(t, b, s)
+	evs := make(chan string)
+	s.next(t).answer <- s.eventsFrom(evs)
+	page.WaitFor("the first page, live", `document.querySelectorAll('#feed > li').length === 30 &&
+		document.getElementById('live-state').dataset.state === 'live'`)
+
+	evs <- "event: post\ndata: " + mustJSON(t, post(69, "2026-11-30T08:00:00Z")) + "\n\n"
+	evs <- postEvent(101, "live one")
+	page.WaitFor("the live post on top", `document.querySelector('#feed > li:first-child')?.dataset.id === '101'`)
+	ids := feedIDs(page)
+	require.Len(t, ids, 31, "the older entry waits for its page: %v", ids)
+	require.Equal(t, 71, ids[30])
+	require.Equal(t, "New post from user 9: live one", page.Text("#announcer"))
+
+	browser.Eval[bool](page, `(window.scrollTo(0, document.body.scrollHeight), true)`)
+	page.WaitFor("the older page", `document.querySelector('#feed > li[data-id="69"]') !== null`)
+	ids = feedIDs(page)
+	require.Equal(t, []int{71, 70, 69}, ids[len(ids)-3:], "each in its place, once")
+	require.Len(t, ids, 33)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(data)
 }

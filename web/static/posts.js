@@ -38,6 +38,7 @@ export class PostList {
     this.byOriginal = new Map(); // original post id → the id of the entry that shows it
     this.removed = new Set();
     this.waiting = new Map(); // entry id → entry, live and held behind the bar
+    this.early = []; // live entries that came while the first page loaded
     this.generation = 0; // a reset makes the answers of older requests stale
     this.cursor = null;
     this.done = false;
@@ -81,6 +82,12 @@ export class PostList {
     return first ? Number(first.dataset.id) : 0;
   }
 
+  // oldestId is the id of the oldest entry shown, or 0.
+  get oldestId() {
+    const last = this.list.lastElementChild;
+    return last ? Number(last.dataset.id) : 0;
+  }
+
   // reset empties the list and reads the first page again. The pages read
   // from now on are newer than every removal seen so far, which are
   // forgotten: a post that left the feed may come back (a follow again).
@@ -98,6 +105,7 @@ export class PostList {
     this.items.clear();
     this.byOriginal.clear();
     this.clearWaiting();
+    this.early = [];
     this.list.replaceChildren();
     this.list.setAttribute('aria-busy', 'false');
     this.cursor = null;
@@ -123,6 +131,8 @@ export class PostList {
       for (const entry of page.items) this.insert(entry);
       this.cursor = page.next_cursor;
       this.done = !page.next_cursor;
+      this.loading = false; // the early entries now find their place
+      for (const entry of this.early.splice(0)) this.arrive(entry);
     } catch (err) {
       if (generation !== this.generation) return;
       showError(this.error, err);
@@ -192,6 +202,16 @@ export class PostList {
   arrive(entry) {
     const id = Number(entry.id);
     if (!this.shows(entry) || this.waiting.has(id)) return false;
+    // A stream's catch-up also brings older entries (a followee's history,
+    // merged by a follow). Before the first page, where they go is not
+    // known yet: they wait for it. Below the oldest entry shown while older
+    // pages are still to be read, the pager brings them in their place
+    // when the reader gets there.
+    if (this.loading && !this.items.size) {
+      this.early.push(entry);
+      return false;
+    }
+    if (!this.done && this.items.size && id < this.oldestId) return false;
     if (this.newBar && id > this.newestId && this.scrolledInto()) {
       this.waiting.set(id, entry);
       this.showBar();
